@@ -1,0 +1,66 @@
+"""`lvbert` console script.
+
+Each pipeline stage lives in its own module exposing `register(subparsers)`; the module adds its subcommand
+and sets `func` on the parser. Modules are imported lazily by name so `lvbert --help` stays fast and a stage
+that needs heavy imports (NNI, Lightning) only pays for them when it runs.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import warnings
+
+from .errors import UserError
+
+# (subcommand, module that registers it) in pipeline order.
+COMMANDS = [
+    ("info", "nni_lvbert.info"),
+    ("data", "nni_lvbert.data.cli"),
+    ("supernet", "nni_lvbert.supernet.cli"),
+    ("search", "nni_lvbert.search.cli"),
+    ("iot", "nni_lvbert.iot.cli"),
+]
+
+
+def quiet_known_warnings() -> None:
+    # NNI 3.0 walks torch.nn on import and warns about non-Module classes of newer torch: harmless noise.
+    warnings.filterwarnings("ignore", message=".*is found to be not a nn.Module.*")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lvbert", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in COMMANDS:
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith(module):
+                continue  # stage not built yet
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    quiet_known_warnings()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        result = args.func(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

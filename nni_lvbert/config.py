@@ -1,0 +1,145 @@
+"""Model configuration, model sizes and search-space files.
+
+`search_spaces/sizes.yaml` holds the sizes (LV-BERT Table 5 + `tiny`); `search_spaces/<name>.yaml` holds a space:
+number of slots, candidate layer types and the default size. Both are plain YAML so users can add their own.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .errors import UserError
+
+# Layer types and their one-letter codes (compact arch strings like "ccsf...").
+LAYER_TYPES = ("dc", "sa", "ff", "glu")
+LETTER_OF = {"dc": "c", "sa": "s", "ff": "f", "glu": "g"}
+TYPE_OF_LETTER = {v: k for k, v in LETTER_OF.items()}
+
+SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+SIZES_FILE = SPACES_DIR / "sizes.yaml"
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 256
+    embedding_size: int = 128  # E; a linear E->H projection is added when E != H (ALBERT)
+    ff_size: int = 1024
+    num_heads: int = 4  # self-attention heads
+    conv_kernel: int = 9  # dynamic convolution kernel k
+    conv_head_size: int = 64  # dynamic convolution uses hidden/conv_head_size heads
+    glu_activation: str = "gelu"  # sigmoid (GLU) | identity (Bilinear) | relu (ReGLU) | gelu (GEGLU) | silu (SwiGLU)
+    glu_bias: bool = False  # the GLU-variants paper has no biases
+    glu_ff_size: int | None = None  # default round(ff_size * 2/3): same parameters as FF
+    max_length: int = 128  # sequence length used for data; the position table is max_position long
+    max_position: int = 512
+    type_vocab_size: int = 2
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    sharing: str = "none"  # none | type (all slots of one layer type share one module, ALBERT-style)
+    pad_token_id: int = 0
+
+    def __post_init__(self):
+        if self.sharing not in ("none", "type"):
+            raise UserError(f"sharing must be 'none' or 'type', got {self.sharing!r}")
+        if self.hidden_size % self.num_heads:
+            raise UserError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if self.max_length > self.max_position:
+            raise UserError(f"max_length {self.max_length} exceeds the position table ({self.max_position})")
+        if not 0.0 <= self.dropout < 1.0:
+            raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def conv_heads(self) -> int:
+        return max(1, self.hidden_size // self.conv_head_size)
+
+    @property
+    def glu_width(self) -> int:
+        return self.glu_ff_size if self.glu_ff_size is not None else round(self.ff_size * 2 / 3)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise UserError(f"unknown model config keys: {', '.join(unknown)}")
+        return cls(**d)
+
+
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise UserError(f"file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} must hold a YAML mapping")
+    return data
+
+
+def size_names() -> list[str]:
+    return list(_read_yaml(SIZES_FILE))
+
+
+def load_size(name: str, **overrides) -> ModelConfig:
+    """ModelConfig for a named size from sizes.yaml, with keyword overrides (None values ignored)."""
+    sizes = _read_yaml(SIZES_FILE)
+    if name not in sizes:
+        raise UserError(f"unknown size {name!r}; choose one of: {', '.join(sizes)}")
+    values = dict(sizes[name])
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return ModelConfig.from_dict(values)
+
+
+@dataclass
+class SpaceSpec:
+    """A declarative search space: `slots` slots, each picking one of `candidates`."""
+
+    name: str
+    slots: int = 24
+    candidates: list[str] = field(default_factory=lambda: list(LAYER_TYPES))
+    size: str = "small"
+    path: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.slots, int) or self.slots < 1:
+            raise UserError(f"space {self.name!r}: slots must be a positive integer, got {self.slots!r}")
+        bad = [c for c in self.candidates if c not in LAYER_TYPES]
+        if bad or not self.candidates:
+            raise UserError(
+                f"space {self.name!r}: candidates must be a non-empty subset of {', '.join(LAYER_TYPES)}, got {self.candidates}"
+            )
+        if len(set(self.candidates)) != len(self.candidates):
+            raise UserError(f"space {self.name!r}: duplicate candidates {self.candidates}")
+        # keep a canonical order so choice indices are stable across files
+        self.candidates = [t for t in LAYER_TYPES if t in self.candidates]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "slots": self.slots, "candidates": list(self.candidates), "size": self.size}
+
+
+def load_space(name_or_path: str | Path) -> SpaceSpec:
+    """A space by name (search_spaces/<name>.yaml) or by path to a YAML file."""
+    p = Path(name_or_path)
+    if not p.suffix:
+        candidate = SPACES_DIR / f"{name_or_path}.yaml"
+        if not candidate.is_file():
+            names = sorted(f.stem for f in SPACES_DIR.glob("*.yaml") if f.stem != "sizes")
+            raise UserError(f"unknown search space {str(name_or_path)!r}; choose one of {', '.join(names)} or give a YAML path")
+        p = candidate
+    data = _read_yaml(p)
+    unknown = sorted(set(data) - {"name", "slots", "candidates", "size", "description"})
+    if unknown:
+        raise UserError(f"{p}: unknown keys {', '.join(unknown)}")
+    data.pop("description", None)
+    data.setdefault("name", p.stem)
+    return SpaceSpec(**data, path=str(p))
