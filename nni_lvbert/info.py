@@ -1,0 +1,76 @@
+"""`lvbert info`: parameter counts of an architecture at a size (reproduces LV-BERT Tables 1-2)."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from .arch import parse_arch, to_compact, to_dict
+from .config import ModelConfig, SpaceSpec, load_size, load_space
+
+
+def _numel(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def param_counts(cfg: ModelConfig, types: list[str]) -> dict:
+    """Parameter counts without building the whole model: one module per distinct layer type."""
+    from .layers import build_layer
+    from .modeling import Embeddings, MLMHead
+
+    per_type = {t: _numel(build_layer(t, cfg)) for t in sorted(set(types))}
+    uses = Counter(types)
+    backbone = sum(per_type[t] * (1 if cfg.sharing == "type" else uses[t]) for t in per_type)
+    emb = Embeddings(cfg)
+    word = emb.word.weight.numel()
+    head = _numel(MLMHead(cfg, emb.word))  # tied decoder weight not counted again
+    return {
+        "word_embedding": word,
+        "other_embedding": _numel(emb) - word,
+        "backbone": backbone,
+        "mlm_head": head,
+        "total": _numel(emb) + backbone + head,
+        "per_layer": per_type,
+        "layer_counts": dict(uses),
+    }
+
+
+def describe(arch, size: str, space: SpaceSpec, **overrides) -> dict:
+    cfg = load_size(size, **overrides)
+    types = parse_arch(arch, space)
+    return {
+        "arch": to_compact(types),
+        "arch_dict": to_dict(types),
+        "size": size,
+        "space": space.name,
+        "config": cfg.to_dict(),
+        "params": param_counts(cfg, types),
+    }
+
+
+def register(sub) -> None:
+    p = sub.add_parser("info", help="parameter counts of an architecture at a model size")
+    p.add_argument("--arch", required=True, help="compact string (ccsf...), digits (0/1/2), name "
+                   "(bert, dynamicconv, sandwich, lvbert-small), NNI dict JSON or a best_arch.json path")
+    p.add_argument("--size", default="small", help="tiny | small | medium | base (search_spaces/sizes.yaml)")
+    p.add_argument("--space", default="lvbert", help="search-space name or YAML path (default: lvbert)")
+    p.add_argument("--vocab-size", type=int, default=None, help="override the size's vocabulary")
+    p.add_argument("--sharing", choices=["none", "type"], default=None, help="cross-layer sharing (ALBERT)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    info = describe(args.arch, args.size, load_space(args.space), vocab_size=args.vocab_size, sharing=args.sharing)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    p = info["params"]
+    m = lambda n: f"{n / 1e6:.2f}M"  # noqa: E731
+    print(f"arch      {info['arch']}  ({', '.join(f'{t}x{n}' for t, n in p['layer_counts'].items())})")
+    print(f"size      {args.size}  (H{info['config']['hidden_size']}, E{info['config']['embedding_size']}, "
+          f"FF{info['config']['ff_size']}, vocab {info['config']['vocab_size']})")
+    print(f"word emb  {m(p['word_embedding'])}")
+    print(f"backbone  {m(p['backbone'])}")
+    print(f"other     {m(p['other_embedding'])} embeddings + {m(p['mlm_head'])} MLM head")
+    print(f"total     {m(p['total'])}")
+    return 0

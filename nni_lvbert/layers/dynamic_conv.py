@@ -1,0 +1,58 @@
+"""DC: dynamic convolution block (LV-BERT appendix; DynamicConv of Wu et al. 2019 with ConvBERT's GLU input).
+
+V = GLU(x); S = SepConv(V); D = softmax_k(S W_dyn + b_dyn) per position and head;
+y_i = sum_j D[i, j] * V[i + j - k//2] within each head; out = Norm(Dropout(y W_o + b_o) + x).
+Padded positions are zeroed in V, so they never reach real tokens (the official TF code lets them leak).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ModelConfig
+
+
+def lightweight_conv(v: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
+    """y[b, i, head] = sum_j kernels[b, i, head, j] * v[b, i + j - k//2, head], zeros outside the sequence.
+
+    v: (batch, seq, channels); kernels: (batch, seq, heads, k), channels split evenly over heads.
+    Loops over the k kernel taps (9), never over positions: each tap is one broadcast multiply-add.
+    """
+    b, n, c = v.shape
+    heads, k = kernels.shape[-2:]
+    left = k // 2
+    vp = F.pad(v, (0, 0, left, k - 1 - left)).view(b, n + k - 1, heads, c // heads)
+    y = vp[:, 0:n] * kernels[..., 0:1]
+    for j in range(1, k):
+        y = y + vp[:, j : j + n] * kernels[..., j : j + 1]
+    return y.reshape(b, n, c)
+
+
+class DynamicConv(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        c, k = cfg.hidden_size, cfg.conv_kernel
+        if k % 2 == 0:
+            from ..errors import UserError
+
+            raise UserError(f"conv_kernel must be odd for 'same' padding, got {k}")
+        self.heads, self.k = cfg.conv_heads, k
+        self.value = nn.Linear(c, c)  # GLU: (x Wl + bl) * sigmoid(x Wg + bg)
+        self.gate = nn.Linear(c, c)
+        self.depthwise = nn.Conv1d(c, c, k, padding=k // 2, groups=c, bias=False)
+        self.pointwise = nn.Linear(c, c)  # 1x1 convolution
+        self.kernel = nn.Linear(c, self.heads * k)  # W_dyn
+        self.out = nn.Linear(c, c)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.norm = nn.LayerNorm(c, eps=cfg.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        b, n, _ = x.shape
+        v = self.value(x) * torch.sigmoid(self.gate(x))
+        if mask is not None:
+            v = v * mask.unsqueeze(-1).to(v.dtype)
+        s = self.pointwise(self.depthwise(v.transpose(1, 2)).transpose(1, 2))
+        kernels = self.kernel(s).view(b, n, self.heads, self.k).softmax(dim=-1)
+        y = lightweight_conv(v, kernels)
+        return self.norm(x + self.dropout(self.out(y)))

@@ -1,0 +1,139 @@
+"""Embeddings, MLM head and the fixed-architecture LV-BERT masked-language model (no NNI).
+
+The search space (space.py) reuses `Embeddings`, `MLMHead` and `MaskedLMMixin`, so a frozen space and a fixed
+model run the very same code; only the way `self.layers` is filled differs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig, SpaceSpec
+from .layers import build_layer
+
+
+class Embeddings(nn.Module):
+    """Token + position + segment embeddings of size E, LayerNorm, dropout, then E->H when E != H (ALBERT)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        e = cfg.embedding_size
+        self.word = nn.Embedding(cfg.vocab_size, e, padding_idx=cfg.pad_token_id)
+        self.position = nn.Embedding(cfg.max_position, e)
+        self.segment = nn.Embedding(cfg.type_vocab_size, e)
+        self.norm = nn.LayerNorm(e, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.project = nn.Linear(e, cfg.hidden_size) if e != cfg.hidden_size else nn.Identity()
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        n = input_ids.shape[1]
+        if n > self.position.num_embeddings:
+            from .errors import UserError
+
+            raise UserError(f"sequence length {n} exceeds the position table ({self.position.num_embeddings})")
+        x = self.word(input_ids) + self.position.weight[:n]
+        x = x + (self.segment(token_type_ids) if token_type_ids is not None else self.segment.weight[0])
+        return self.project(self.dropout(self.norm(x)))
+
+
+class MLMHead(nn.Module):
+    """BERT/ELECTRA-generator head: Linear H->E, GELU, LayerNorm, then the tied word embedding + bias."""
+
+    def __init__(self, cfg: ModelConfig, word: nn.Embedding):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.embedding_size)
+        self.norm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.word = [word]  # a list, so the tied weight is not registered (and counted) twice
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.norm(F.gelu(self.dense(h))), self.word[0].weight, self.bias)
+
+
+@dataclass
+class MLMOutput:
+    loss: torch.Tensor | None  # mean cross-entropy over masked positions
+    logits: torch.Tensor | None  # (batch, seq, vocab), or (n_masked, vocab) when only_masked
+    correct: torch.Tensor | None = None  # number of masked tokens predicted right
+    count: torch.Tensor | None = None  # number of masked tokens
+    hidden: torch.Tensor | None = None
+
+
+class MaskedLMMixin:
+    """Forward shared by the fixed model and the search space; needs `embeddings`, `layers`, `head`."""
+
+    def encode(self, input_ids, attention_mask=None, token_type_ids=None, start: int = 0, hidden=None):
+        """Hidden states after all slots; `start`/`hidden` resume from a cached prefix of slots."""
+        mask = attention_mask.bool() if attention_mask is not None else None
+        x = self.embeddings(input_ids, token_type_ids) if hidden is None else hidden
+        for layer in list(self.layers)[start:]:
+            x = layer(x, mask)
+        return x
+
+    def mlm(self, hidden, labels=None, only_masked: bool = True) -> MLMOutput:
+        """MLM loss/accuracy; with labels and only_masked, the vocab projection runs only at masked positions."""
+        if labels is None:
+            return MLMOutput(loss=None, logits=self.head(hidden), hidden=hidden)
+        if only_masked:
+            where = labels != -100
+            logits = self.head(hidden[where])
+            target = labels[where]
+        else:
+            logits = self.head(hidden)
+            target = labels
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100)
+        valid = target != -100
+        correct = ((logits.argmax(-1) == target) & valid).sum()
+        return MLMOutput(loss=loss, logits=logits, correct=correct, count=valid.sum(), hidden=hidden)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, only_masked=True):
+        return self.mlm(self.encode(input_ids, attention_mask, token_type_ids), labels, only_masked)
+
+
+def init_weights(module: nn.Module, std: float) -> None:
+    """BERT initialisation: N(0, std) for Linear/Embedding weights, zero biases, unit LayerNorm."""
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Conv1d)):
+            nn.init.normal_(m.weight, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=std)
+            if m.padding_idx is not None:
+                with torch.no_grad():
+                    m.weight[m.padding_idx].zero_()
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+def build_slot_layers(types: list[str], cfg: ModelConfig) -> list[nn.Module]:
+    """One module per slot; with sharing='type' all slots of a type reuse one module (ALBERT)."""
+    shared: dict[str, nn.Module] = {}
+    layers = []
+    for t in types:
+        if cfg.sharing == "type":
+            shared.setdefault(t, build_layer(t, cfg))
+            layers.append(shared[t])
+        else:
+            layers.append(build_layer(t, cfg))
+    return layers
+
+
+class LVBertForMaskedLM(MaskedLMMixin, nn.Module):
+    """A fixed architecture: `arch` is anything `parse_arch` accepts (list, dict, compact string, name, file)."""
+
+    def __init__(self, cfg: ModelConfig, arch, space: SpaceSpec | None = None):
+        super().__init__()
+        from .arch import infer_slots, parse_arch
+
+        self.config = cfg
+        self.arch = parse_arch(arch, space or SpaceSpec(name="any", slots=infer_slots(arch)))
+        self.embeddings = Embeddings(cfg)
+        self.layers = nn.ModuleList(build_slot_layers(self.arch, cfg))
+        self.head = MLMHead(cfg, self.embeddings.word)
+        init_weights(self, cfg.initializer_range)
+

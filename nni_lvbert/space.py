@@ -1,0 +1,37 @@
+"""The LV-BERT search space as an NNI ModelSpace: one labelled LayerChoice per slot.
+
+`LVBertSpace(spec, cfg).freeze({"layer00": "dc", ...})` gives a model whose forward equals
+`LVBertForMaskedLM(cfg, arch)` with the same weights (the frozen ops still alias the supernet's parameters:
+copy before training a subnet on its own).
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from nni.nas.nn.pytorch import LayerChoice, ModelSpace
+
+from .arch import slot_label
+from .config import ModelConfig, SpaceSpec
+from .layers import build_layer
+from .modeling import Embeddings, MaskedLMMixin, MLMHead, init_weights
+
+
+class LVBertSpace(MaskedLMMixin, ModelSpace):
+    def __init__(self, spec: SpaceSpec, cfg: ModelConfig):
+        super().__init__()
+        self.spec, self.config = spec, cfg
+        self.embeddings = Embeddings(cfg)
+        shared = {t: build_layer(t, cfg) for t in spec.candidates} if cfg.sharing == "type" else None
+        self.layers = nn.ModuleList(
+            LayerChoice(
+                {t: shared[t] if shared else build_layer(t, cfg) for t in spec.candidates},
+                label=slot_label(i),
+            )
+            for i in range(spec.slots)
+        )
+        self.head = MLMHead(cfg, self.embeddings.word)
+        init_weights(self, cfg.initializer_range)
+
+    def search_space_json(self) -> dict:
+        """nnictl (HPO-style) search space: one `choice` per slot."""
+        return {label: m.as_legacy_dict() for label, m in self.simplify().items()}
