@@ -1,0 +1,116 @@
+"""Benchmark (not a test): our fixed `bert` arch vs transformers' BertForMaskedLM, and per-layer-type cost.
+
+Prints one JSON object. Everything is measured side by side in one process, so compare the ratios.
+    python benchmarks/bench_model.py [--size small] [--batch 16] [--steps 6]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+
+import torch
+
+warnings.filterwarnings("ignore", message=".*is found to be not a nn.Module.*")
+
+
+def masked_batch(vocab, batch, seq, gen):
+    ids = torch.randint(5, vocab, (batch, seq), generator=gen)
+    labels = torch.full_like(ids, -100)
+    where = torch.rand(batch, seq, generator=gen) < 0.15
+    labels[where] = ids[where]
+    ids = ids.masked_fill(where, 4)
+    return ids, torch.ones_like(ids), labels
+
+
+def time_train_steps(step, steps, warmup=2):
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    return sorted(times)[len(times) // 2]  # median: robust on a noisy machine
+
+
+def bench_vs_hf(size, batch, seq, steps):
+    from transformers import BertConfig, BertForMaskedLM
+
+    from nni_lvbert.config import load_size
+    from nni_lvbert.modeling import LVBertForMaskedLM
+
+    cfg = load_size(size, embedding_size=None)
+    cfg.embedding_size = cfg.hidden_size  # BERT has E = H
+    ours = LVBertForMaskedLM(cfg, "sf" * 12)
+    hf = BertForMaskedLM(BertConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=12,
+                                    num_attention_heads=cfg.num_heads, intermediate_size=cfg.ff_size,
+                                    max_position_embeddings=cfg.max_position, hidden_act="gelu",
+                                    attn_implementation="sdpa"))
+    gen = torch.Generator().manual_seed(0)
+    ids, mask, labels = masked_batch(cfg.vocab_size, batch, seq, gen)
+    results = {}
+    for name, model, call in [
+        ("ours", ours, lambda m: m(ids, mask, labels=labels).loss),
+        ("hf", hf, lambda m: m(input_ids=ids, attention_mask=mask, labels=labels).loss),
+    ]:
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(model=model, call=call, opt=opt):
+            opt.zero_grad(set_to_none=True)
+            call(model).backward()
+            opt.step()
+
+        results[name] = time_train_steps(step, steps)
+    tokens = batch * seq
+    return {
+        "shape": f"bert-{size} E=H={cfg.hidden_size} 12 SA + 12 FF, batch {batch}, seq {seq}",
+        "ours_tokens_per_s": round(tokens / results["ours"]),
+        "hf_tokens_per_s": round(tokens / results["hf"]),
+        "ratio_ours_over_hf": round(results["hf"] / results["ours"], 2),
+    }
+
+
+def bench_layers(size, batch, seq, steps):
+    from nni_lvbert.config import load_size
+    from nni_lvbert.layers import LAYER_CLASSES, build_layer
+
+    cfg = load_size(size)
+    x = torch.randn(batch, seq, cfg.hidden_size, requires_grad=True)
+    out = {}
+    for t in LAYER_CLASSES:
+        layer = build_layer(t, cfg).train()
+
+        def step(layer=layer):
+            layer(x, None).sum().backward()
+
+        out[t] = time_train_steps(step, steps * 2)
+    return {
+        "shape": f"H{cfg.hidden_size} batch {batch} seq {seq}, fwd+bwd",
+        "ms": {t: round(v * 1e3, 2) for t, v in out.items()},
+        "ratio_dc_over_sa": round(out["dc"] / out["sa"], 2),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="small")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=6)
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    report = {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "vs_transformers": bench_vs_hf(a.size, a.batch, a.seq, a.steps),
+        "layers": bench_layers(a.size, a.batch, a.seq, a.steps),
+        "targets": {"ratio_ours_over_hf": ">= 1.5", "ratio_dc_over_sa": "<= 1.0"},
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

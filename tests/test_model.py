@@ -1,0 +1,145 @@
+"""Fixed model vs HF BERT, NNI space vs fixed model, sharing, factorized embeddings, parameter counts."""
+import pytest
+import torch
+
+from nni_lvbert.arch import parse_arch, to_dict
+from nni_lvbert.config import SpaceSpec, load_size, load_space
+from nni_lvbert.info import param_counts
+from nni_lvbert.modeling import LVBertForMaskedLM
+from tests.conftest import tiny_config
+
+
+def copy_hf_bert_into_ours(hf, ours, n_layers):
+    sd = hf.state_dict()
+    m = {
+        "embeddings.word.weight": "bert.embeddings.word_embeddings.weight",
+        "embeddings.position.weight": "bert.embeddings.position_embeddings.weight",
+        "embeddings.segment.weight": "bert.embeddings.token_type_embeddings.weight",
+        "embeddings.norm.weight": "bert.embeddings.LayerNorm.weight",
+        "embeddings.norm.bias": "bert.embeddings.LayerNorm.bias",
+        "head.dense.weight": "cls.predictions.transform.dense.weight",
+        "head.dense.bias": "cls.predictions.transform.dense.bias",
+        "head.norm.weight": "cls.predictions.transform.LayerNorm.weight",
+        "head.norm.bias": "cls.predictions.transform.LayerNorm.bias",
+        "head.bias": "cls.predictions.bias",
+    }
+    for i in range(n_layers):
+        hf_l = f"bert.encoder.layer.{i}."
+        sa, ff = f"layers.{2 * i}.", f"layers.{2 * i + 1}."
+        for ours_name, hf_name in [("query", "attention.self.query"), ("key", "attention.self.key"),
+                                   ("value", "attention.self.value"), ("out", "attention.output.dense"),
+                                   ("norm", "attention.output.LayerNorm")]:
+            for w in ("weight", "bias"):
+                m[f"{sa}{ours_name}.{w}"] = f"{hf_l}{hf_name}.{w}"
+        for ours_name, hf_name in [("fc1", "intermediate.dense"), ("fc2", "output.dense"), ("norm", "output.LayerNorm")]:
+            for w in ("weight", "bias"):
+                m[f"{ff}{ours_name}.{w}"] = f"{hf_l}{hf_name}.{w}"
+    ours_sd = ours.state_dict()
+    assert set(ours_sd) == set(m), set(ours_sd) ^ set(m)
+    ours.load_state_dict({k: sd[v] for k, v in m.items()})
+
+
+def test_bert_arch_equals_transformers_bert():
+    from transformers import BertConfig, BertForMaskedLM
+
+    hf_cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, hidden_act="gelu", max_position_embeddings=64, type_vocab_size=2,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    hf = BertForMaskedLM(hf_cfg).eval()
+    ours = LVBertForMaskedLM(tiny_config(), "sfsf").eval()
+    copy_hf_bert_into_ours(hf, ours, 2)
+    ids = torch.randint(1, 100, (3, 17))
+    mask = torch.ones_like(ids)
+    mask[1, 12:] = 0
+    mask[2, 5:] = 0
+    types = torch.zeros_like(ids)
+    types[:, 8:] = 1
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+        got = ours(ids, mask, types).logits
+    real = mask.bool()
+    torch.testing.assert_close(got[real], ref[real], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["lvbert-small", "bert", "dynamicconv", "sandwich", "gcsfgcsfgcsfgcsfgcsfgcsf"])
+@pytest.mark.parametrize("sharing", ["none", "type"])
+def test_frozen_space_equals_fixed_model(arch, sharing):
+    from nni_lvbert.space import LVBertSpace
+
+    spec = load_space("lvbert")
+    cfg = tiny_config(vocab_size=64, sharing=sharing)
+    space = LVBertSpace(spec, cfg)
+    types = parse_arch(arch, spec)
+    frozen = space.freeze(to_dict(types)).eval()
+    fixed = LVBertForMaskedLM(cfg, arch).eval()
+    fixed.load_state_dict(frozen.state_dict())
+    ids = torch.randint(1, 64, (2, 10))
+    mask = torch.ones_like(ids)
+    mask[0, 7:] = 0
+    labels = torch.full_like(ids, -100)
+    labels[:, 3] = ids[:, 3]
+    with torch.no_grad():
+        a, b = frozen(ids, mask, labels=labels), fixed(ids, mask, labels=labels)
+    torch.testing.assert_close(a.logits, b.logits, atol=0, rtol=0)
+    assert a.loss == b.loss
+
+
+def test_space_has_one_labelled_choice_per_slot():
+    from nni_lvbert.space import LVBertSpace
+
+    spec = SpaceSpec(name="t", slots=6, candidates=["sa", "ff"])
+    space = LVBertSpace(spec, tiny_config())
+    js = space.search_space_json()
+    assert list(js) == [f"layer{i:02d}" for i in range(6)]
+    assert all(v == {"_type": "choice", "_value": ["sa", "ff"]} for v in js.values())
+
+
+def test_sharing_by_type_shares_modules():
+    fixed = LVBertForMaskedLM(tiny_config(sharing="type"), "sfsfcc")
+    assert fixed.layers[0] is fixed.layers[2] and fixed.layers[4] is fixed.layers[5]
+    assert fixed.layers[0] is not fixed.layers[1]
+    unshared = LVBertForMaskedLM(tiny_config(), "sfsfcc")
+    n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert n(fixed) < n(unshared)
+    assert param_counts(tiny_config(sharing="type"), fixed.arch)["total"] == n(fixed)
+
+
+def test_factorized_embedding_projects_to_hidden():
+    cfg = tiny_config(embedding_size=16)
+    model = LVBertForMaskedLM(cfg, "sfcg")
+    assert model.embeddings.word.weight.shape == (100, 16)
+    out = model(torch.randint(0, 100, (2, 5)))
+    assert out.logits.shape == (2, 5, 100)
+    assert param_counts(cfg, model.arch)["total"] == sum(p.numel() for p in model.parameters())
+
+
+def test_mlm_head_is_tied_and_only_masked_matches_full():
+    model = LVBertForMaskedLM(tiny_config(), "sfcg").eval()
+    assert model.head.word[0] is model.embeddings.word
+    ids = torch.randint(0, 100, (2, 8))
+    labels = torch.full_like(ids, -100)
+    labels[0, 2], labels[1, 5] = 7, 9
+    full = model(ids, labels=labels, only_masked=False)
+    sparse = model(ids, labels=labels)
+    torch.testing.assert_close(full.loss, sparse.loss)
+    assert full.correct == sparse.correct and sparse.count == 2
+
+
+@pytest.mark.parametrize("arch,backbone", [("bert", 9.5), ("lvbert-small", 8.5), ("dynamicconv", 9.6)])
+def test_small_parameter_counts_match_lvbert_table(arch, backbone):
+    cfg = load_size("small")
+    counts = param_counts(cfg, parse_arch(arch, load_space("lvbert")))
+    assert round(counts["backbone"] / 1e6, 1) == backbone
+    assert round(counts["word_embedding"] / 1e6, 1) == 3.9
+
+
+def test_fixed_model_param_count_equals_info():
+    cfg = load_size("tiny")
+    model = LVBertForMaskedLM(cfg, "lvbert-small")
+    assert param_counts(cfg, model.arch)["total"] == sum(p.numel() for p in model.parameters())
+
+
+def test_dropout_zero_means_train_equals_eval():
+    model = LVBertForMaskedLM(tiny_config(dropout=0.0, attention_dropout=0.0), "sfcg")
+    ids = torch.randint(0, 100, (2, 8))
+    torch.testing.assert_close(model.train()(ids).logits, model.eval()(ids).logits)
