@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:
-            if exc.name and module.startswith(exc.name):
+            if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
                 continue  # stage not built yet
             raise
         mod.register(sub)

@@ -1,0 +1,64 @@
+"""MLM masking: random per batch for training, fixed once for validation.
+
+Both go through `transformers.DataCollatorForLanguageModeling` (15 % of non-special tokens; of those 80 % -> [MASK],
+10 % -> a random token, 10 % unchanged; labels -100 elsewhere). Validation is masked once at prepare time with a
+seeded generator and the masked `input_ids` plus `labels` are stored in the cached split, so every candidate
+architecture in every run is scored on exactly the same masked tokens and their MLM accuracies are comparable.
+"""
+from __future__ import annotations
+
+MLM_PROBABILITY = 0.15
+IGNORE_INDEX = -100
+VAL_MASK_BATCH = 512  # fixed: masking consumes the generator batch by batch, so this is part of the result
+
+
+def mlm_collator(tokenizer, mlm_probability: float = MLM_PROBABILITY, seed: int | None = None):
+    from transformers import DataCollatorForLanguageModeling
+
+    return DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability, seed=seed)
+
+
+def mask_validation(val, tokenizer, mlm_probability: float, seed: int, cache_file: str | None = None):
+    """The validation split with masked input_ids and labels columns, deterministic in `seed`."""
+    import datasets
+
+    collator = mlm_collator(tokenizer, mlm_probability, seed=seed)
+
+    def mask(batch):
+        rows = [{"input_ids": i, "token_type_ids": t} for i, t in zip(batch["input_ids"], batch["token_type_ids"])]
+        out = collator(rows)
+        lengths = [len(i) for i in batch["input_ids"]]
+        return {
+            "input_ids": [out["input_ids"][k, :n].tolist() for k, n in enumerate(lengths)],
+            "token_type_ids": batch["token_type_ids"],
+            "labels": [out["labels"][k, :n].tolist() for k, n in enumerate(lengths)],
+        }
+
+    features = datasets.Features({"input_ids": datasets.List(datasets.Value("int32")),
+                                  "token_type_ids": datasets.List(datasets.Value("int8")),
+                                  "labels": datasets.List(datasets.Value("int32"))})
+    # One process, fixed batch size, in order: the generator is consumed identically on every run.
+    return val.map(mask, batched=True, batch_size=VAL_MASK_BATCH, num_proc=None, features=features,
+                   cache_file_name=cache_file,
+                   new_fingerprint=f"masked-{val._fingerprint}-{seed}-{mlm_probability}", desc="masking validation")
+
+
+class PadCollator:
+    """Collate already-masked validation rows: pad to the longest row, build attention_mask, LongTensors."""
+
+    def __init__(self, pad_token_id: int):
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, rows: list[dict]) -> dict:
+        import torch
+
+        n = max(len(r["input_ids"]) for r in rows)
+        fill = {"input_ids": self.pad_token_id, "token_type_ids": 0, "labels": IGNORE_INDEX}
+        batch = {k: torch.full((len(rows), n), v, dtype=torch.long) for k, v in fill.items()}
+        batch["attention_mask"] = torch.zeros((len(rows), n), dtype=torch.long)
+        for i, r in enumerate(rows):
+            m = len(r["input_ids"])
+            for k in fill:
+                batch[k][i, :m] = torch.as_tensor(r[k], dtype=torch.long)
+            batch["attention_mask"][i, :m] = 1
+        return batch

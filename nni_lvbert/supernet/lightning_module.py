@@ -1,0 +1,70 @@
+"""The MLM LightningModule NNI's Lightning evaluator trains (the same module trains a fixed arch)."""
+from __future__ import annotations
+
+import time
+
+import nni
+import torch
+from nni.nas.evaluator.pytorch import LightningModule
+
+
+def linear_warmup_decay(warmup: int, total: int):
+    """lr multiplier: linear 0->1 over `warmup` steps, then linear 1->0 at `total` (BERT/ELECTRA schedule)."""
+
+    def factor(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return factor
+
+
+@nni.trace
+class MLMModule(LightningModule):
+    def __init__(self, lr: float = 2e-4, warmup_steps: int = 10_000, max_steps: int = 2_000_000,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0):
+        super().__init__()
+        self.lr, self.warmup_steps, self.max_steps = lr, warmup_steps, max_steps
+        self.betas, self.eps, self.weight_decay = tuple(betas), eps, weight_decay
+        self._val = None
+        self._tick = None
+
+    def forward(self, batch):
+        return self.model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                          labels=batch["labels"])
+
+    def training_step(self, batch, batch_idx):
+        out = self(batch)
+        acc = out.correct.float() / out.count.clamp(min=1)
+        self.log("train_loss", out.loss, prog_bar=True)
+        self.log("train_mlm_acc", acc, prog_bar=True)
+        now = time.perf_counter()
+        if self._tick is not None:
+            tokens = batch["attention_mask"].sum().item() * self.trainer.world_size
+            self.log("tok/s", tokens / max(now - self._tick, 1e-9), prog_bar=True)
+        self._tick = now
+        return out.loss
+
+    def on_validation_epoch_start(self):
+        self._val = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, correct, count
+
+    def validation_step(self, batch, batch_idx):
+        with torch.no_grad():
+            out = self(batch)
+        self._val += torch.stack([out.loss.double() * out.count, out.correct.double(), out.count.double()])
+
+    def on_validation_epoch_end(self):
+        total = self.trainer.strategy.reduce(self._val, reduce_op="sum")  # exact over all ranks
+        count = total[2].clamp(min=1)
+        self.log("val_loss", (total[0] / count).float(), prog_bar=True, rank_zero_only=True)
+        self.log("val_mlm_acc", (total[1] / count).float(), prog_bar=True, rank_zero_only=True)
+        self._tick = None  # validation time is not training throughput
+
+    def configure_optimizers(self):
+        decay, no_decay = [], []
+        for name, p in self.model.named_parameters():
+            (no_decay if p.ndim < 2 else decay).append(p)
+        groups = [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        opt = torch.optim.AdamW(groups, lr=self.lr, betas=self.betas, eps=self.eps)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, linear_warmup_decay(self.warmup_steps, self.max_steps))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -1,0 +1,99 @@
+"""A supernet run directory: what training writes and what search/IOT load back.
+
+    supernet.safetensors   weights of the mutated (one-shot) space; loading never unpickles anything
+    space.yaml             the search space it was trained on
+    model_config.json      ModelConfig
+    tokenizer/             copy of the tokenizer (PreTrainedTokenizerFast directory)
+    meta.json              run metadata: data, seed, steps, validation history, timings
+    checkpoints/last.ckpt  Lightning checkpoint for --resume
+    logs/                  CSV + TensorBoard logs
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from ..config import ModelConfig, SpaceSpec
+from ..errors import UserError
+
+WEIGHTS = "supernet.safetensors"
+REQUIRED = (WEIGHTS, "space.yaml", "model_config.json", "meta.json")
+
+
+def write_json_atomic(path: Path, data) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to write into a non-empty directory unless resuming or explicitly overwriting."""
+    if resume and overwrite:
+        raise UserError("--resume and --overwrite exclude each other")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"run directory {run_dir} is a file")
+    non_empty = run_dir.is_dir() and any(run_dir.iterdir())
+    if resume:
+        if not (run_dir / "checkpoints" / "last.ckpt").is_file():
+            raise UserError(f"nothing to resume in {run_dir}: no checkpoints/last.ckpt")
+    elif non_empty:
+        if not overwrite:
+            raise UserError(f"run directory {run_dir} is not empty; pass --resume to continue it or --overwrite to replace it")
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def save_static(run_dir: Path, spec: SpaceSpec, cfg: ModelConfig, tokenizer_dir: str | Path) -> None:
+    write_text_atomic(run_dir / "space.yaml", yaml.safe_dump(spec.to_dict(), sort_keys=False))
+    write_json_atomic(run_dir / "model_config.json", cfg.to_dict())
+    dst = run_dir / "tokenizer"
+    if Path(tokenizer_dir).resolve() != dst.resolve():
+        tmp = run_dir / ".tokenizer.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(tokenizer_dir, tmp)
+        shutil.rmtree(dst, ignore_errors=True)
+        os.replace(tmp, dst)
+
+
+def save_weights(run_dir: Path, model) -> None:
+    from safetensors.torch import save_model
+
+    tmp = run_dir / f".{WEIGHTS}.tmp"
+    save_model(model, str(tmp))  # handles tensors shared across slots (sharing='type')
+    os.replace(tmp, run_dir / WEIGHTS)
+
+
+def load_supernet(run_dir: str | Path):
+    """(mutated space with trained weights in eval mode, spec, cfg, meta). Uses safetensors only."""
+    from safetensors.torch import load_model
+
+    from ..space import LVBertSpace
+    from .strategy import SeededRandomOneShot
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"supernet directory not found: {run_dir}")
+    missing = [f for f in REQUIRED if not (run_dir / f).is_file()]
+    if missing:
+        raise UserError(f"{run_dir} is not a finished supernet run (missing {', '.join(missing)})")
+    spec = SpaceSpec(**yaml.safe_load((run_dir / "space.yaml").read_text()))
+    cfg = ModelConfig.from_dict(json.loads((run_dir / "model_config.json").read_text()))
+    meta = json.loads((run_dir / "meta.json").read_text())
+    space = LVBertSpace(spec, cfg)
+    SeededRandomOneShot().mutate_model(space)
+    missing_keys, unexpected = load_model(space, str(run_dir / WEIGHTS), strict=False)
+    if missing_keys or unexpected:
+        raise UserError(f"{run_dir / WEIGHTS} does not match its space.yaml/model_config.json "
+                        f"({len(missing_keys)} missing, {len(unexpected)} unexpected tensors)")
+    return space.eval(), spec, cfg, meta

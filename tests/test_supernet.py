@@ -1,0 +1,170 @@
+"""Supernet training through NasExperiment + SeededRandomOneShot: outputs, determinism, resume, DDP, refusals."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from nni_lvbert.cli import main
+from nni_lvbert.supernet.strategy import sample_path
+
+REPO = Path(__file__).resolve().parent.parent
+CHOICES = {f"layer{i:02d}": ["dc", "sa", "ff", "glu"] for i in range(6)}
+
+
+def test_sample_path_is_function_of_seed_and_step():
+    assert sample_path(CHOICES, 0, 5) == sample_path(CHOICES, 0, 5)
+    paths = {tuple(sample_path(CHOICES, 0, s).values()) for s in range(50)}
+    assert len(paths) > 40  # different steps give different paths
+    assert sample_path(CHOICES, 1, 5) != sample_path(CHOICES, 0, 5) or sample_path(CHOICES, 1, 6) != sample_path(CHOICES, 0, 6)
+    counts = {t: 0 for t in CHOICES["layer00"]}
+    for s in range(2000):
+        counts[sample_path(CHOICES, 3, s)["layer00"]] += 1
+    assert all(400 < c < 600 for c in counts.values()), counts  # uniform
+
+
+@pytest.fixture(scope="module")
+def space_file(tmp_path_factory):
+    f = tmp_path_factory.mktemp("space") / "small6.yaml"
+    f.write_text("name: small6\nslots: 6\ncandidates: [dc, sa, ff, glu]\nsize: tiny\n")
+    return f
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+def train_args(run_dir, space_file, cache_dir, steps=8, *extra):
+    return ["supernet", "train", "--run-dir", str(run_dir), "--space", str(space_file), "--size", "tiny",
+            "--max-docs", "120", "--cache-dir", str(cache_dir), "--max-steps", str(steps), "--batch-size", "8",
+            "--val-every", "4", "--val-batches", "2", "--ckpt-every", "2", "--warmup-steps", "2", "--no-progress",
+            "--record-paths", *extra]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, space_file, cache_dir):
+    run = tmp_path_factory.mktemp("runs") / "a"
+    assert main(train_args(run, space_file, cache_dir)) == 0
+    return run
+
+
+def test_run_dir_contents_and_reload(trained):
+    from nni_lvbert.supernet.rundir import load_supernet
+
+    for f in ["supernet.safetensors", "space.yaml", "model_config.json", "meta.json", "checkpoints/last.ckpt",
+              "tokenizer/tokenizer.json", "logs/csv/metrics.csv"]:
+        assert (trained / f).exists(), f
+    meta = json.loads((trained / "meta.json").read_text())
+    assert meta["steps"] == 8 and len(meta["validation"]) == 2
+    assert 0.0 <= meta["final_val_mlm_acc"] <= 1.0
+    space, spec, cfg, _ = load_supernet(trained)
+    assert spec.slots == 6 and cfg.hidden_size == 64
+    ckpt = torch.load(trained / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    for name, t in space.state_dict().items():
+        torch.testing.assert_close(t, ckpt["state_dict"][f"training_module._model.{name}"], rtol=0, atol=0)
+    # the recorded paths are exactly the seeded sequence
+    paths = json.loads((trained / "ranks" / "rank0.json").read_text())["paths"]
+    choices = {f"layer{i:02d}": spec.candidates for i in range(6)}
+    from nni_lvbert.arch import to_compact
+
+    assert [p for _, p in paths] == [to_compact(list(sample_path(choices, 0, s).values())) for s in range(8)]
+
+
+def test_same_seed_same_weights(trained, tmp_path, space_file, cache_dir):
+    from safetensors.torch import load_file
+
+    assert main(train_args(tmp_path / "b", space_file, cache_dir)) == 0
+    a, b = load_file(trained / "supernet.safetensors"), load_file(tmp_path / "b" / "supernet.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0)
+
+
+def test_refuses_non_empty_run_dir(trained, space_file, cache_dir, capsys):
+    assert main(train_args(trained, space_file, cache_dir)) == 2
+    err = capsys.readouterr().err
+    assert "not empty" in err and "--resume" in err and "--overwrite" in err
+
+
+def test_resume_without_checkpoint_is_clear(tmp_path, space_file, cache_dir, capsys):
+    assert main(train_args(tmp_path / "none", space_file, cache_dir, 8, "--resume")) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+
+
+def test_load_supernet_rejects_other_things(tmp_path):
+    from nni_lvbert.errors import UserError
+    from nni_lvbert.supernet.rundir import load_supernet
+
+    with pytest.raises(UserError, match="not found"):
+        load_supernet(tmp_path / "missing")
+    with pytest.raises(UserError, match="not a finished supernet run"):
+        load_supernet(tmp_path)
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "nni_lvbert.cli", *args]
+
+
+def _env():
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    env.pop("PYTEST_CURRENT_TEST", None)
+    return env
+
+
+def test_resume_after_kill9_replays_the_uninterrupted_run(tmp_path, trained, space_file, cache_dir):
+    """Kill -9 mid-run, --resume, and end with the very weights and path sequence of the uninterrupted run."""
+    run = tmp_path / "killed"
+    steps = 8
+    proc = subprocess.Popen(_cli(*train_args(run, space_file, cache_dir, steps, "--ckpt-every", "1")), cwd=REPO,
+                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    ckpt = run / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 240
+    killed_at = None
+    while time.time() < deadline and proc.poll() is None:
+        if ckpt.exists():
+            try:
+                step = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
+            except Exception:  # being replaced right now
+                step = 0
+            if 3 <= step < steps:
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed_at = step
+                break
+        time.sleep(0.05)
+    proc.wait()
+    assert killed_at is not None, "training finished before it could be killed"
+    assert not (run / "supernet.safetensors").exists()
+    assert main(train_args(run, space_file, cache_dir, steps, "--resume")) == 0
+
+    from safetensors.torch import load_file
+
+    a, b = load_file(trained / "supernet.safetensors"), load_file(run / "supernet.safetensors")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
+    resumed = json.loads((run / "ranks" / "rank0.json").read_text())["paths"]
+    full = dict((s, p) for s, p in json.loads((trained / "ranks" / "rank0.json").read_text())["paths"])
+    assert resumed and all(full[s] == p for s, p in resumed)
+    assert resumed[0][0] >= killed_at - 1
+
+
+def test_ddp_two_cpu_ranks_train_same_paths(tmp_path, space_file, cache_dir):
+    run = tmp_path / "ddp"
+    args = train_args(run, space_file, cache_dir, 4, "--accelerator", "cpu", "--devices", "2")
+    res = subprocess.run(_cli(*args), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=400)
+    assert res.returncode == 0, res.stderr[-3000:]
+    r0 = json.loads((run / "ranks" / "rank0.json").read_text())
+    r1 = json.loads((run / "ranks" / "rank1.json").read_text())
+    assert r0["paths"] == r1["paths"] and len(r0["paths"]) == 4
+    assert r0["weights_sha256"] == r1["weights_sha256"]
+    from nni_lvbert.supernet.rundir import load_supernet
+    from nni_lvbert.supernet.train import state_digest
+
+    space, *_ = load_supernet(run)
+    assert state_digest(space) == r0["weights_sha256"]
+    assert json.loads((run / "meta.json").read_text())["world_size"] == 2
