@@ -21,6 +21,7 @@ COMMANDS = [
     ("supernet", "nni_lvbert.supernet.cli"),
     ("search", "nni_lvbert.search.cli"),
     ("iot", "nni_lvbert.iot.cli"),
+    ("run", "nni_lvbert.pipeline"),
 ]
 
 
@@ -31,7 +32,11 @@ def quiet_known_warnings() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lvbert", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="lvbert",
+        description="LV-BERT layer-variety architecture search on Microsoft NNI. "
+                    "Pipeline: data prepare -> supernet train -> search run -> best_arch.json (lvbert run does all).",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS:
         try:

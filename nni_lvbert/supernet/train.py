@@ -75,6 +75,23 @@ def in_nni_trial() -> bool:
     return nni.get_experiment_id() != "STANDALONE"
 
 
+TUNABLE = ("lr", "warmup_steps", "max_steps", "batch_size", "dropout", "weight_decay", "seed")
+
+
+def apply_nni_parameters(opts: SupernetOptions) -> None:
+    """As an nnictl trial, the tuner's parameters (e.g. {"lr": 0.002}) override the command-line options."""
+    if not in_nni_trial():
+        return
+    import nni
+
+    params = nni.get_next_parameter() or {}
+    unknown = sorted(set(params) - set(TUNABLE))
+    if unknown:
+        raise UserError(f"search-space parameters {', '.join(unknown)} are not supernet options ({', '.join(TUNABLE)})")
+    for k, v in params.items():
+        setattr(opts, k, v)
+
+
 def quiet_nni_logging() -> None:
     """NNI logs every experiment step at INFO and repeats a harmless 'training_service ignored' warning."""
     logging.getLogger("nni").setLevel(logging.WARNING)
@@ -144,6 +161,7 @@ def train_supernet(opts: SupernetOptions) -> dict:
     from .lightning_module import MLMModule
     from .strategy import SeededRandomOneShot
 
+    apply_nni_parameters(opts)
     run_dir = Path(opts.run_dir)
     spec = load_space(opts.space)
     opts.size = opts.size or spec.size
