@@ -5,15 +5,14 @@ reproducible, resumable with the same future paths, and DDP ranks agree on the p
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
+from ..training import (TrialReporter, build_trainer, check_positive, in_nni_trial, launcher_is_rank_zero,
+                        parse_devices, run_nas_experiment, state_digest)
 
 # Training defaults: LV-BERT Table 5 for the paper sizes; `tiny` is sized for ~10 minutes on 2 CPU cores.
 PRESETS = {
@@ -64,17 +63,6 @@ class SupernetOptions:
         return self.preset()[key] if value is None else value
 
 
-def launcher_is_rank_zero() -> bool:
-    """True in the process that started the run (Lightning/torchrun children have a non-zero rank env)."""
-    return all(int(os.environ.get(v, "0")) == 0 for v in ("RANK", "LOCAL_RANK", "NODE_RANK"))
-
-
-def in_nni_trial() -> bool:
-    import nni
-
-    return nni.get_experiment_id() != "STANDALONE"
-
-
 TUNABLE = ("lr", "warmup_steps", "max_steps", "batch_size", "dropout", "weight_decay", "seed")
 
 
@@ -92,47 +80,11 @@ def apply_nni_parameters(opts: SupernetOptions) -> None:
         setattr(opts, k, v)
 
 
-def quiet_nni_logging() -> None:
-    """NNI logs every experiment step at INFO and repeats a harmless 'training_service ignored' warning."""
-    logging.getLogger("nni").setLevel(logging.WARNING)
-    logging.getLogger("nni.nas.experiment.config.experiment").setLevel(logging.ERROR)
-
-
-def state_digest(model) -> str:
-    h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
-def _callbacks(opts: SupernetOptions, run_dir: Path, history: list):
-    import nni
+def validation_callback(history: list, reporter: TrialReporter | None):
     import pytorch_lightning as pl
 
-    class AtomicLastCheckpoint(pl.Callback):
-        """checkpoints/last.ckpt every N steps, written to a temp file then renamed: a kill -9 never leaves a
-        truncated checkpoint behind."""
-
-        def __init__(self, every: int):
-            self.every = every
-
-        def _save(self, trainer):
-            final = run_dir / "checkpoints" / "last.ckpt"
-            tmp = final.with_suffix(".ckpt.tmp")
-            trainer.save_checkpoint(tmp)  # collective: every rank calls, rank 0 writes
-            if trainer.is_global_zero:
-                os.replace(tmp, final)
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            if trainer.global_step % self.every == 0:
-                self._save(trainer)
-
-        def on_train_end(self, trainer, pl_module):
-            self._save(trainer)
-
     class ValidationReport(pl.Callback):
-        """Keeps the validation curve for meta.json and reports it to NNI when running as a trial."""
+        """Keeps the validation curve for meta.json and reports it to nnictl when running as a trial."""
 
         def on_validation_end(self, trainer, pl_module):
             if trainer.sanity_checking or "val_mlm_acc" not in trainer.callback_metrics:
@@ -140,19 +92,15 @@ def _callbacks(opts: SupernetOptions, run_dir: Path, history: list):
             acc = float(trainer.callback_metrics["val_mlm_acc"])
             history.append({"step": trainer.global_step, "val_mlm_acc": acc,
                             "val_loss": float(trainer.callback_metrics["val_loss"])})
-            if trainer.is_global_zero and in_nni_trial():
-                nni.report_intermediate_result(acc)
+            if trainer.is_global_zero and reporter is not None:
+                reporter.intermediate(acc)
 
-    return [AtomicLastCheckpoint(opts.resolved("ckpt_every")), ValidationReport()]
+    return ValidationReport()
 
 
 def train_supernet(opts: SupernetOptions) -> dict:
-    import nni
     import pytorch_lightning as pl
-    import torch
-    from nni.nas.evaluator.pytorch import Lightning, Trainer
-    from nni.nas.experiment import NasExperiment
-    from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
+    from nni.nas.evaluator.pytorch import Lightning
 
     from ..config import load_size, load_space
     from ..data import MLMDataModule, prepare
@@ -161,21 +109,19 @@ def train_supernet(opts: SupernetOptions) -> dict:
     from .lightning_module import MLMModule
     from .strategy import SeededRandomOneShot
 
-    apply_nni_parameters(opts)
+    reporter = None
+    if in_nni_trial():
+        apply_nni_parameters(opts)
+        reporter = TrialReporter()  # before NasExperiment swaps NNI's trial channel
     run_dir = Path(opts.run_dir)
     spec = load_space(opts.space)
     opts.size = opts.size or spec.size
     cfg = load_size(opts.size, dropout=opts.resolved("dropout"), attention_dropout=opts.resolved("dropout"),
                     sharing=opts.sharing)
     max_steps, batch_size = opts.resolved("max_steps"), opts.resolved("batch_size")
-    for name, v in [("max_steps", max_steps), ("batch_size", batch_size), ("val_every", opts.resolved("val_every")),
-                    ("ckpt_every", opts.resolved("ckpt_every"))]:
-        if v < 1:
-            raise UserError(f"{name} must be at least 1, got {v}")
-    devices = int(opts.devices) if str(opts.devices).isdigit() else opts.devices
-    n_dev = devices if isinstance(devices, int) else 1
-    if batch_size % n_dev:
-        raise UserError(f"batch size {batch_size} is not divisible by {n_dev} devices")
+    check_positive(max_steps=max_steps, batch_size=batch_size, val_every=opts.resolved("val_every"),
+                   val_batches=opts.resolved("val_batches"), ckpt_every=opts.resolved("ckpt_every"))
+    devices, n_dev = parse_devices(opts.devices, batch_size)
 
     if launcher_is_rank_zero():
         rundir.prepare_run_dir(run_dir, opts.resume, opts.overwrite)
@@ -192,19 +138,12 @@ def train_supernet(opts: SupernetOptions) -> dict:
     space = LVBertSpace(spec, cfg)
     module = MLMModule(lr=opts.resolved("lr"), warmup_steps=opts.resolved("warmup_steps"), max_steps=max_steps,
                        weight_decay=opts.weight_decay)
-    strategy = opts.strategy or ("ddp_find_unused_parameters_true" if n_dev > 1 else "auto")
-    precision = opts.precision or ("bf16-mixed" if torch.cuda.is_available() else "32-true")
     history: list[dict] = []
-    trainer = Trainer(
-        max_steps=max_steps, accelerator=opts.accelerator, devices=devices, strategy=strategy, precision=precision,
-        val_check_interval=opts.resolved("val_every"), check_val_every_n_epoch=None,
-        limit_val_batches=opts.resolved("val_batches"), num_sanity_val_steps=0,
-        logger=[CSVLogger(run_dir / "logs", name="", version="csv"),
-                TensorBoardLogger(run_dir / "logs", name="", version="tensorboard")],
-        callbacks=_callbacks(opts, run_dir, history), enable_checkpointing=False,
-        enable_progress_bar=opts.progress, log_every_n_steps=10, deterministic=False,
-        use_distributed_sampler=False,  # MLMDataModule shards each global batch over ranks itself
-    )
+    trainer, precision = build_trainer(
+        run_dir, max_steps=max_steps, devices=devices, n_devices=n_dev, accelerator=opts.accelerator,
+        strategy=opts.strategy, precision=opts.precision, val_every=opts.resolved("val_every"),
+        val_batches=opts.resolved("val_batches"), ckpt_every=opts.resolved("ckpt_every"),
+        callbacks=[validation_callback(history, reporter)], progress=opts.progress)
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     evaluator = Lightning(module, trainer, datamodule=dm,
                           fit_kwargs={"ckpt_path": str(ckpt)} if opts.resume else None)
@@ -212,13 +151,7 @@ def train_supernet(opts: SupernetOptions) -> dict:
 
     previous = json.loads((run_dir / "meta.json").read_text()) if opts.resume and (run_dir / "meta.json").is_file() else {}
     start = time.time()
-    exp = NasExperiment(space, evaluator, oneshot)
-    exp.config.experiment_working_directory = str((run_dir / "nni").resolve())
-    quiet_nni_logging()
-    try:
-        exp.run()
-    finally:
-        exp.stop()  # NNI otherwise stops it from atexit, logging into already-closed streams
+    run_nas_experiment(space, evaluator, oneshot, run_dir)
 
     if opts.record_paths:
         _record_rank(run_dir, trainer, space, trainer.lightning_module.path_log)
@@ -241,8 +174,8 @@ def train_supernet(opts: SupernetOptions) -> dict:
         "precision": precision,
     }
     rundir.write_json_atomic(run_dir / "meta.json", meta)
-    if in_nni_trial() and meta["final_val_mlm_acc"] is not None:
-        nni.report_final_result(meta["final_val_mlm_acc"])
+    if reporter is not None and meta["final_val_mlm_acc"] is not None:
+        reporter.final(meta["final_val_mlm_acc"])
     return meta
 
 

@@ -1,0 +1,128 @@
+"""`lvbert iot train|eval`: instance-wise layer order (IOT) over M candidate orders sharing supernet weights."""
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
+
+    p = sub.add_parser("iot", help="instance-wise layer order: route each sequence to one of M candidate orders")
+    isub = p.add_subparsers(dest="iot_command", metavar="ACTION")
+
+    t = isub.add_parser("train", help="train shared weights + order predictor (NNI one-shot strategy)")
+    t.add_argument("--run-dir", default="runs/iot", help="output directory (default runs/iot)")
+    start = t.add_argument_group("start (one of)")
+    start.add_argument("--supernet", default=None, metavar="RUN_DIR", help="start from a trained supernet run")
+    start.add_argument("--space", default=None, help="train from scratch on this search space (name or YAML)")
+    start.add_argument("--size", default=None, help="from scratch: tiny | small | medium | base (default: the space's)")
+    d = t.add_argument_group("data (default: the supernet's prepared data)")
+    d.add_argument("--data", default=None, metavar="DIR", help="a prepared data directory (`lvbert data prepare`)")
+    d.add_argument("--corpus", nargs="+", default=None, help="from scratch: corpus files/folder/glob or hub:NAME")
+    d.add_argument("--tokenizer", default=None, help="from scratch: existing tokenizer directory or vocab.txt")
+    d.add_argument("--cache-dir", default=None, help="data cache (default: $LVBERT_CACHE or ~/.cache/nni-lvbert)")
+    d.add_argument("--max-docs", type=int, default=None, help="from scratch: only the first N documents")
+    d.add_argument("--val-fraction", type=float, default=0.02, help="from scratch: held-out share of documents")
+    o = t.add_argument_group("candidate orders (one source; default: top-M of runs/search)")
+    o.add_argument("--orders-from", default=None, metavar="SEARCH_DIR",
+                   help="top-M distinct architectures of a search's history.jsonl")
+    o.add_argument("--orders", nargs="+", default=None, metavar="ARCH",
+                   help="explicit orders: compact strings (c=dc s=sa f=ff g=glu), names or JSON files")
+    o.add_argument("--block", default=None, metavar="TYPES",
+                   help="IOT-style: M distinct permutations of a block (e.g. sa,ff,dc or sfc) repeated over the slots")
+    o.add_argument("--m", "--orders-from-block", dest="m", type=int, default=None,
+                   help="number of orders M (default 4; with --orders: their number)")
+    i = t.add_argument_group("IOT (defaults: official IOT code)")
+    i.add_argument("--tau", type=float, default=TAU, help=f"Gumbel-softmax temperature (start) (default {TAU})")
+    i.add_argument("--tau-min", type=float, default=TAU_MIN, help=f"temperature floor (default {TAU_MIN})")
+    i.add_argument("--tau-decay", type=float, default=TAU_DECAY,
+                   help=f"r in tau = max(tau * exp(-r * step), tau_min), step floored to --tau-every "
+                        f"(default {TAU_DECAY})")
+    i.add_argument("--tau-every", type=int, default=TAU_EVERY, help=f"temperature update period (default {TAU_EVERY})")
+    i.add_argument("--c1", type=float, default=C1, help=f"weight of L_D = KL(uniform || mean p) (default {C1})")
+    i.add_argument("--c2", type=float, default=C2, help=f"weight of L_S = -mean KL(uniform || p_x) (default {C2})")
+    i.add_argument("--clamp", type=float, default=CLAMP, help=f"probability clamp before Gumbel (default {CLAMP})")
+    i.add_argument("--no-gumbel", dest="gumbel", action="store_false", help="no Gumbel noise (deterministic weights)")
+    t.add_argument("--seed", type=int, default=0)
+    g = t.add_argument_group("optimisation (defaults: tiny preset for tiny models, else continued pre-training)")
+    g.add_argument("--lr", type=float, default=None)
+    g.add_argument("--warmup-steps", type=int, default=None)
+    g.add_argument("--max-steps", type=int, default=None)
+    g.add_argument("--batch-size", type=int, default=None, help="global batch size (split over devices)")
+    g.add_argument("--dropout", type=float, default=None, help="from scratch only")
+    g.add_argument("--weight-decay", type=float, default=0.0)
+    g.add_argument("--val-every", type=int, default=None, help="validate every N steps")
+    g.add_argument("--val-batches", type=int, default=None, help="validation batches per check (and final eval)")
+    g.add_argument("--ckpt-every", type=int, default=None, help="write checkpoints/last.ckpt every N steps")
+    h = t.add_argument_group("hardware (Lightning)")
+    h.add_argument("--accelerator", default="auto", help="cpu | gpu | auto")
+    h.add_argument("--devices", default="1", help="number of devices (DDP when > 1)")
+    h.add_argument("--strategy", default=None,
+                   help="Lightning strategy (default ddp_find_unused_parameters_true when devices > 1)")
+    h.add_argument("--precision", default=None, help="32-true | bf16-mixed (default bf16-mixed on GPU)")
+    h.add_argument("--num-workers", type=int, default=0)
+    r = t.add_mutually_exclusive_group()
+    r.add_argument("--resume", action="store_true", help="continue from checkpoints/last.ckpt")
+    r.add_argument("--overwrite", action="store_true", help="replace a non-empty run directory")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.set_defaults(func=run_train)
+
+    e = isub.add_parser("eval", help="order usage and validation MLM accuracy per order vs routed (JSON)")
+    e.add_argument("--run-dir", default="runs/iot", help="a finished `lvbert iot train` directory")
+    e.add_argument("--data", default=None, metavar="DIR", help="prepared data directory (default: the run's)")
+    e.add_argument("--batch-size", type=int, default=64)
+    e.add_argument("--val-batches", type=int, default=None, help="only the first N validation batches")
+    e.add_argument("--no-save", action="store_true", help="do not write RUN_DIR/eval.json")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.set_defaults(func=run_eval)
+    p.set_defaults(func=lambda args: p.print_help() or 2)
+
+
+def run_train(args) -> int:
+    from .train import IOTOptions, train_iot
+
+    keys = ["run_dir", "supernet", "space", "size", "data", "corpus", "tokenizer", "cache_dir", "max_docs",
+            "val_fraction", "orders", "orders_from", "block", "m", "tau", "tau_min", "tau_decay", "tau_every", "c1",
+            "c2", "clamp", "gumbel", "seed", "lr", "warmup_steps", "max_steps", "batch_size", "dropout",
+            "weight_decay", "val_every", "val_batches", "ckpt_every", "accelerator", "devices", "strategy",
+            "precision", "num_workers", "resume", "overwrite"]
+    meta = train_iot(IOTOptions(**{k: getattr(args, k) for k in keys}, progress=not args.no_progress))
+    if meta:
+        f = meta["final"]
+        print(json.dumps({"run_dir": meta["run_dir"], "steps": meta["steps"], "orders": meta["orders"],
+                          "routed_val_mlm_acc": round(f["routed"]["val_mlm_acc"], 4),
+                          "best_single_val_mlm_acc": round(f["best_single"]["val_mlm_acc"], 4),
+                          "usage": [round(o["usage"], 3) for o in f["orders"]],
+                          "train_seconds": round(meta["train_seconds"], 1)}))
+    return 0
+
+
+def run_eval(args) -> int:
+    from pathlib import Path
+
+    from ..errors import UserError
+    from ..supernet.rundir import write_json_atomic
+    from .evaluate import evaluate_iot
+    from .rundir import load_iot
+
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.val_batches is not None and args.val_batches < 1:
+        raise UserError(f"--val-batches must be at least 1, got {args.val_batches}")
+    model = load_iot(args.run_dir)
+    from ..data import MLMDataModule, PreparedData
+
+    path = args.data or (model.meta.get("data") or {}).get("path")
+    if not path or not Path(path).is_dir():
+        raise UserError(f"prepared data {path} not found; pass --data PREPARED_DIR")
+    data = PreparedData.load(path)
+    if data.vocab_size != model.config.vocab_size:
+        raise UserError(f"data {data.path} has a {data.vocab_size}-token vocabulary, the model "
+                        f"{model.config.vocab_size}")
+    loader = MLMDataModule(data, batch_size=args.batch_size).val_dataloader()
+    stats = evaluate_iot(model, loader, max_batches=args.val_batches, progress=not args.no_progress)
+    stats = {"run_dir": str(args.run_dir), "data": str(data.path), **stats}
+    if not args.no_save:
+        write_json_atomic(Path(args.run_dir) / "eval.json", stats)
+    print(json.dumps(stats, indent=2))
+    return 0

@@ -1,0 +1,160 @@
+"""Candidate orders for IOT: top-M of a search's history, explicit architectures, or block permutations.
+
+Every order is an architecture of the search space (a list of layer types, one per slot); all M orders share the
+supernet's per-slot modules, so slot i with type t is the same module in every order choosing t there.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+from ..arch import parse_arch, to_compact
+from ..config import LAYER_TYPES, TYPE_OF_LETTER, SpaceSpec
+from ..errors import UserError
+
+DEFAULT_M = 4
+DEFAULT_SEARCH_DIR = "runs/search"
+HISTORY = "history.jsonl"
+
+
+def check_m(m: int) -> None:
+    if m < 2:
+        raise UserError(f"IOT needs at least 2 candidate orders, got M={m}")
+
+
+def _distinct(orders: list[list[str]], what: str) -> None:
+    seen: dict[str, int] = {}
+    for i, o in enumerate(orders):
+        c = to_compact(o)
+        if c in seen:
+            raise UserError(f"{what}: orders {seen[c] + 1} and {i + 1} are the same architecture ({c})")
+        seen[c] = i
+
+
+def explicit_orders(values: list[str], spec: SpaceSpec) -> list[list[str]]:
+    """Arch strings / names / JSON files, each checked against the space."""
+    orders = []
+    for v in values:
+        try:
+            orders.append(parse_arch(v, spec))
+        except UserError as exc:
+            raise UserError(f"order {v!r}: {exc}") from None
+    check_m(len(orders))
+    _distinct(orders, "--orders")
+    return orders
+
+
+def parse_block(text: str, spec: SpaceSpec) -> list[str]:
+    """'sa,ff,dc' (layer types) or 'sfc' (letters) -> ['sa', 'ff', 'dc']."""
+    text = text.strip()
+    if "," in text or text in LAYER_TYPES:
+        types = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [t for t in types if t not in LAYER_TYPES]
+        if bad:
+            raise UserError(f"--block: unknown layer type(s) {', '.join(bad)}; choose from {', '.join(LAYER_TYPES)}")
+    else:
+        bad = sorted({ch for ch in text if ch not in TYPE_OF_LETTER})
+        if bad:
+            raise UserError(f"--block: unknown layer letter(s) {', '.join(repr(b) for b in bad)}; "
+                            "use c=dc s=sa f=ff g=glu or a comma list like sa,ff,dc")
+        types = [TYPE_OF_LETTER[ch] for ch in text]
+    if not types:
+        raise UserError("--block is empty")
+    outside = [t for t in dict.fromkeys(types) if t not in spec.candidates]
+    if outside:
+        raise UserError(f"--block: layer type(s) {', '.join(outside)} not in space {spec.name!r} "
+                        f"(candidates: {', '.join(spec.candidates)})")
+    if len(types) > spec.slots:
+        raise UserError(f"--block has {len(types)} layers but space {spec.name!r} has only {spec.slots} slots")
+    return types
+
+
+def block_orders(block: list[str], m: int, spec: SpaceSpec) -> list[list[str]]:
+    """IOT-style orders: the first M distinct permutations of `block` (itertools order, identity first), each
+    repeated to fill the space's slots (truncated when the slots are not a multiple of the block)."""
+    check_m(m)
+    reps = math.ceil(spec.slots / len(block))
+    orders, seen = [], set()
+    for perm in itertools.permutations(block):
+        order = (list(perm) * reps)[: spec.slots]
+        key = to_compact(order)
+        if key not in seen:
+            seen.add(key)
+            orders.append(order)
+            if len(orders) == m:
+                return orders
+    raise UserError(f"block {','.join(block)} has only {len(orders)} distinct orders over {spec.slots} slots; "
+                    f"asked for M={m}")
+
+
+def read_history(path: Path) -> list[dict]:
+    """history.jsonl records (one JSON object a line); blank and unreadable (e.g. torn last) lines are skipped."""
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            records.append(rec)
+    return records
+
+
+def history_orders(search_dir: str | Path, m: int, spec: SpaceSpec) -> tuple[list[list[str]], list[float]]:
+    """Top-M distinct architectures by `score` from a search output directory (or a history.jsonl file).
+
+    Tolerant reader: `arch` may be a compact string, any `parse_arch` spelling or NNI's dict form (`arch_dict` is
+    used when `arch` is missing); records without a numeric score are skipped; an arch seen twice keeps its best.
+    """
+    check_m(m)
+    p = Path(search_dir)
+    path = p if p.is_file() else p / HISTORY
+    if not p.exists():
+        raise UserError(f"search directory not found: {p}")
+    if not path.is_file():
+        raise UserError(f"no {HISTORY} in {p}: run `lvbert search run` first, or pass --orders / --block")
+    best: dict[str, tuple[float, int, list[str]]] = {}
+    for i, rec in enumerate(read_history(path)):
+        arch = rec.get("arch", rec.get("arch_dict"))
+        score = rec.get("score")
+        if arch is None or not isinstance(score, (int, float)) or isinstance(score, bool) or math.isnan(score):
+            continue
+        try:
+            types = parse_arch(arch, spec)
+        except UserError as exc:
+            raise UserError(f"{path} record {i + 1}: {exc}") from None
+        key = to_compact(types)
+        if key not in best or score > best[key][0]:
+            best[key] = (float(score), best.get(key, (0, i))[1], types)
+    ranked = sorted(best.values(), key=lambda r: (-r[0], r[1]))
+    if len(ranked) < m:
+        raise UserError(f"{path} has {len(ranked)} distinct scored architecture(s); IOT asked for M={m}")
+    return [r[2] for r in ranked[:m]], [r[0] for r in ranked[:m]]
+
+
+def resolve_orders(spec: SpaceSpec, orders: list[str] | None = None, orders_from: str | None = None,
+                   block: str | None = None, m: int | None = None) -> tuple[list[list[str]], dict]:
+    """Exactly one source (default: top-M of runs/search). Returns (orders, description of the source)."""
+    given = [name for name, v in (("--orders", orders), ("--orders-from", orders_from), ("--block", block)) if v]
+    if len(given) > 1:
+        raise UserError(f"give one source of candidate orders, not {' and '.join(given)}")
+    if orders:
+        if m is not None and m != len(orders):
+            raise UserError(f"--m {m} does not match the {len(orders)} orders given with --orders")
+        out = explicit_orders(orders, spec)
+        return out, {"source": "explicit"}
+    m = DEFAULT_M if m is None else m
+    check_m(m)
+    if block:
+        types = parse_block(block, spec)
+        return block_orders(types, m, spec), {"source": "block", "block": types}
+    search = orders_from or DEFAULT_SEARCH_DIR
+    if not orders_from and not Path(search).exists():
+        raise UserError(f"no candidate orders: {search} not found; pass --orders-from SEARCH_DIR, --orders ARCH... "
+                        "or --block TYPES")
+    out, scores = history_orders(search, m, spec)
+    return out, {"source": "search", "search": str(search), "scores": scores}

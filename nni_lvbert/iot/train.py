@@ -1,0 +1,299 @@
+"""Train IOT: NasExperiment(space, Lightning evaluator, IOTStrategy) from a trained supernet or from scratch.
+
+Mirrors `lvbert supernet train`: presets, refusal of a non-empty run directory, atomic Lightning checkpoint for
+--resume, CSV/TensorBoard logs, safetensors weights, meta.json, DDP through Lightning, NNI intermediate/final
+results when running as an nnictl trial (whose tuner parameters, e.g. tau or c1, override the options).
+"""
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..errors import UserError
+from ..training import (TrialReporter, build_trainer, check_positive, in_nni_trial, launcher_is_rank_zero,
+                        parse_devices, run_nas_experiment)
+from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
+
+# `tiny`: minutes on 2 CPU cores; `paper`: continued pre-training of a small-size supernet (our choice: the
+# official IOT code trains NMT models, its schedule does not carry over to BERT pre-training).
+PRESETS = {
+    "paper": dict(lr=1e-4, warmup_steps=1_000, max_steps=100_000, batch_size=128, dropout=0.1,
+                  val_every=5_000, val_batches=100, ckpt_every=1_000),
+    "tiny": dict(lr=1e-3, warmup_steps=20, max_steps=300, batch_size=32, dropout=0.0,
+                 val_every=100, val_batches=10, ckpt_every=50),
+}
+# options an nnictl tuner may set (search-space keys)
+HPO_KEYS = {"tau": float, "tau_min": float, "tau_decay": float, "tau_every": int, "c1": float, "c2": float,
+            "clamp": float, "gumbel": bool, "lr": float, "warmup_steps": int, "max_steps": int, "seed": int}
+
+
+@dataclass
+class IOTOptions:
+    run_dir: str = "runs/iot"
+    supernet: str | None = None  # start from this trained supernet run directory
+    space: str | None = None  # or from scratch on this space
+    size: str | None = None  # from scratch only (default: the space's size)
+    data: str | None = None  # a prepared data directory (default: the supernet's, or prepared from --corpus)
+    corpus: list[str] | None = None
+    tokenizer: str | None = None
+    cache_dir: str | None = None
+    max_docs: int | None = None
+    val_fraction: float = 0.02
+    orders: list[str] | None = None
+    orders_from: str | None = None
+    block: str | None = None
+    m: int | None = None
+    tau: float = TAU
+    tau_min: float = TAU_MIN
+    tau_decay: float = TAU_DECAY
+    tau_every: int = TAU_EVERY
+    c1: float = C1
+    c2: float = C2
+    clamp: float = CLAMP
+    gumbel: bool = True
+    seed: int = 0
+    lr: float | None = None
+    warmup_steps: int | None = None
+    max_steps: int | None = None
+    batch_size: int | None = None
+    dropout: float | None = None  # from scratch only
+    weight_decay: float = 0.0
+    val_every: int | None = None
+    val_batches: int | None = None
+    ckpt_every: int | None = None
+    accelerator: str = "auto"
+    devices: str = "1"
+    strategy: str | None = None
+    precision: str | None = None
+    num_workers: int = 0
+    resume: bool = False
+    overwrite: bool = False
+    progress: bool = True
+    hpo: dict = field(default_factory=dict)  # parameters received from an nnictl tuner
+
+    def preset(self) -> dict:
+        return PRESETS["tiny" if self.size == "tiny" else "paper"]
+
+    def resolved(self, key: str):
+        value = getattr(self, key)
+        return self.preset()[key] if value is None else value
+
+
+def apply_tuner_parameters(opts: IOTOptions) -> None:
+    import nni
+
+    params = nni.get_next_parameter() or {}
+    unknown = sorted(set(params) - set(HPO_KEYS))
+    if unknown:
+        raise UserError(f"tuner parameter(s) {', '.join(unknown)} are not IOT options; use {', '.join(HPO_KEYS)}")
+    for k, v in params.items():
+        setattr(opts, k, HPO_KEYS[k](v))
+    opts.hpo = dict(params)
+
+
+def check_options(opts: IOTOptions, m: int) -> None:
+    checks = [
+        (opts.tau > 0, f"--tau must be positive, got {opts.tau}"),
+        (opts.tau_min > 0, f"--tau-min must be positive, got {opts.tau_min}"),
+        (opts.tau_decay >= 0, f"--tau-decay must be >= 0, got {opts.tau_decay}"),
+        (opts.tau_every >= 1, f"--tau-every must be at least 1, got {opts.tau_every}"),
+        (opts.c1 >= 0, f"--c1 must be >= 0, got {opts.c1}"),
+        (opts.c2 >= 0, f"--c2 must be >= 0, got {opts.c2}"),
+        (0 <= opts.clamp < 1.0 / m, f"--clamp must be in [0, 1/M) = [0, {1.0 / m:.3g}) for M={m}, got {opts.clamp}"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise UserError(msg)
+    check_positive(**{k: opts.resolved(k) for k in ("max_steps", "batch_size", "val_every", "val_batches", "ckpt_every")})
+
+
+def _source(opts: IOTOptions):
+    """(space, spec, cfg, supernet meta or None); the space is mutated when it comes from a supernet."""
+    from ..config import load_size, load_space
+
+    if opts.supernet and opts.space:
+        raise UserError("--supernet and --space exclude each other (a supernet brings its own space)")
+    if opts.supernet:
+        from ..supernet.rundir import load_supernet
+
+        for flag, v in (("--size", opts.size), ("--dropout", opts.dropout), ("--corpus", opts.corpus),
+                        ("--tokenizer", opts.tokenizer), ("--max-docs", opts.max_docs)):
+            if v is not None:
+                raise UserError(f"{flag} applies when training from scratch (--space); a supernet fixes it "
+                                "(use --data to give another prepared data directory)")
+        space, spec, cfg, meta = load_supernet(opts.supernet)
+        space.train()  # load_supernet hands it back in eval mode; Lightning keeps submodule modes as they are
+        opts.size = meta.get("size")  # the tiny preset for a tiny supernet
+        return space, spec, cfg, meta
+    if not opts.space:
+        raise UserError("give --supernet RUN_DIR (start from a trained supernet) or --space NAME (train from scratch)")
+    spec = load_space(opts.space)
+    opts.size = opts.size or spec.size
+    d = opts.resolved("dropout")
+    cfg = load_size(opts.size, dropout=d, attention_dropout=d)
+    return None, spec, cfg, None
+
+
+def _data(opts: IOTOptions, cfg, smeta: dict | None):
+    from ..data import PreparedData, prepare
+
+    if opts.data:
+        data = PreparedData.load(opts.data)
+    elif smeta is None:
+        return prepare(corpus=opts.corpus, size=opts.size, vocab_size=None if opts.tokenizer else cfg.vocab_size,
+                       max_length=cfg.max_length, tokenizer=opts.tokenizer, val_fraction=opts.val_fraction,
+                       seed=opts.seed, cache_dir=opts.cache_dir, max_docs=opts.max_docs)
+    else:
+        path = (smeta.get("data") or {}).get("path")
+        if path and Path(path).is_dir():
+            data = PreparedData.load(path)
+        else:
+            so = smeta.get("options") or {}
+            tok = Path(opts.supernet) / "tokenizer"
+            if not so or not tok.is_dir():
+                raise UserError(f"the supernet's data directory {path} is gone and {opts.supernet}/meta.json cannot "
+                                "rebuild it; pass --data PREPARED_DIR")
+            data = prepare(corpus=so.get("corpus"), size=so.get("size") or "small", max_length=cfg.max_length,
+                           tokenizer=str(tok), val_fraction=so.get("val_fraction", 0.02), seed=so.get("seed", 0),
+                           cache_dir=opts.cache_dir or so.get("cache_dir"), max_docs=so.get("max_docs"))
+    if smeta is not None and data.vocab_size != cfg.vocab_size:
+        raise UserError(f"data {data.path} has a {data.vocab_size}-token vocabulary but the supernet expects "
+                        f"{cfg.vocab_size}")
+    return data
+
+
+def _callbacks(opts: IOTOptions, run_dir: Path, history: list, reporter: TrialReporter | None):
+    import pytorch_lightning as pl
+
+    class ValidationReport(pl.Callback):
+        def on_validation_end(self, trainer, pl_module):
+            stats = getattr(pl_module, "last_validation", None)
+            if trainer.sanity_checking or not stats:
+                return
+            history.append({"step": trainer.global_step, "val_mlm_acc": stats["routed"]["val_mlm_acc"],
+                            "val_loss": stats["routed"]["val_loss"],
+                            "best_single_acc": stats["best_single"]["val_mlm_acc"],
+                            "oracle_acc": stats["oracle"]["val_mlm_acc"], "usage_entropy": stats["usage_entropy"],
+                            "usage": [o["usage"] for o in stats["orders"]],
+                            "order_acc": [o["val_mlm_acc"] for o in stats["orders"]]})
+            if trainer.is_global_zero and reporter is not None:
+                reporter.intermediate(_nni_metric(stats))
+
+    return [ValidationReport()]
+
+
+def _nni_metric(stats: dict) -> dict:
+    """NNI metric dict: `default` = routed validation MLM accuracy (the web UI plots it), plus context."""
+    return {"default": stats["routed"]["val_mlm_acc"], "best_single": stats["best_single"]["val_mlm_acc"],
+            "oracle": stats["oracle"]["val_mlm_acc"], "usage_entropy": stats["usage_entropy"]}
+
+
+def train_iot(opts: IOTOptions) -> dict:
+    import pytorch_lightning as pl
+    from nni.nas.evaluator.pytorch import Lightning
+
+    from ..arch import to_compact, to_dict
+    from ..data import MLMDataModule
+    from ..space import LVBertSpace
+    from ..supernet import rundir as srundir
+    from ..supernet.lightning_module import MLMModule
+    from . import rundir
+    from .evaluate import evaluate_iot
+    from .orders import resolve_orders
+    from .routing import IOTModel
+    from .strategy import IOTStrategy
+
+    # validation statistics are reduced exactly over ranks before logging: Lightning's sync_dist hint is moot
+    warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('(val_|tau)")
+    run_dir = Path(opts.run_dir)
+    reporter = None
+    if in_nni_trial():
+        apply_tuner_parameters(opts)
+        reporter = TrialReporter()
+    if opts.resume and opts.overwrite:
+        raise UserError("--resume and --overwrite exclude each other")
+    space, spec, cfg, smeta = _source(opts)
+    saved = run_dir / rundir.ORDERS
+    if opts.resume and saved.is_file() and not (opts.orders or opts.orders_from or opts.block):
+        orders, source = rundir.read_orders(run_dir, spec), json.loads(saved.read_text()).get("source", {})
+    else:
+        orders, source = resolve_orders(spec, opts.orders, opts.orders_from, opts.block, opts.m)
+    if opts.resume and saved.is_file():
+        before = json.loads(saved.read_text()).get("orders")
+        if before != [to_compact(o) for o in orders]:
+            raise UserError(f"cannot resume: {saved} holds other orders ({', '.join(before or [])}); "
+                            "give the same orders or use --overwrite")
+    check_options(opts, len(orders))
+    max_steps, batch_size = opts.resolved("max_steps"), opts.resolved("batch_size")
+    devices, n_dev = parse_devices(opts.devices, batch_size)
+
+    if launcher_is_rank_zero():
+        srundir.prepare_run_dir(run_dir, opts.resume, opts.overwrite)
+    pl.seed_everything(opts.seed, workers=True, verbose=False)
+    data = _data(opts, cfg, smeta)
+    if space is None:
+        cfg.vocab_size = data.vocab_size
+        space = LVBertSpace(spec, cfg)  # from scratch (mutated by the strategy)
+    if launcher_is_rank_zero():
+        srundir.save_static(run_dir, spec, cfg, data.tokenizer_dir)
+        rundir.save_orders(run_dir, orders, source)
+    dm = MLMDataModule(data, batch_size=batch_size // n_dev, seed=opts.seed, num_workers=opts.num_workers)
+
+    module = MLMModule(lr=opts.resolved("lr"), warmup_steps=opts.resolved("warmup_steps"), max_steps=max_steps,
+                       weight_decay=opts.weight_decay)
+    history: list[dict] = []
+    trainer, precision = build_trainer(
+        run_dir, max_steps=max_steps, devices=devices, n_devices=n_dev, accelerator=opts.accelerator,
+        strategy=opts.strategy, precision=opts.precision, val_every=opts.resolved("val_every"),
+        val_batches=opts.resolved("val_batches"), ckpt_every=opts.resolved("ckpt_every"),
+        callbacks=_callbacks(opts, run_dir, history, reporter), progress=opts.progress)
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    evaluator = Lightning(module, trainer, datamodule=dm,
+                          fit_kwargs={"ckpt_path": str(ckpt)} if opts.resume else None)
+    oneshot = IOTStrategy([to_dict(o) for o in orders], cfg.embedding_size, tau=opts.tau, tau_min=opts.tau_min,
+                          tau_decay=opts.tau_decay, tau_every=opts.tau_every, c1=opts.c1, c2=opts.c2,
+                          clamp=opts.clamp, gumbel=opts.gumbel, seed=opts.seed, predictor_dropout=cfg.dropout)
+
+    meta_file = run_dir / "meta.json"
+    previous = json.loads(meta_file.read_text()) if opts.resume and meta_file.is_file() else {}
+    start = time.time()
+    run_nas_experiment(space, evaluator, oneshot, run_dir)
+    train_seconds = previous.get("train_seconds", 0.0) + (time.time() - start)
+
+    if not trainer.is_global_zero:
+        return {}
+    predictor = trainer.lightning_module.predictor
+    dm.val_batch_size = batch_size  # the final evaluation runs on rank 0 alone: global batches
+    srundir.save_weights(run_dir, space)
+    rundir.save_predictor(run_dir, predictor)
+    model = IOTModel(space, predictor, orders, spec, cfg)
+    final = evaluate_iot(model, dm.val_dataloader(), max_batches=opts.resolved("val_batches"))
+    meta = {
+        "kind": "iot",
+        "run_dir": str(run_dir),
+        "space": spec.to_dict(),
+        "size": opts.size,
+        "seed": opts.seed,
+        "start": {"supernet": str(opts.supernet)} if opts.supernet else {"scratch": True},
+        "orders": [to_compact(o) for o in orders],
+        "orders_source": source,
+        "iot": {"tau": opts.tau, "tau_min": opts.tau_min, "tau_decay": opts.tau_decay, "tau_every": opts.tau_every,
+                "c1": opts.c1, "c2": opts.c2, "clamp": opts.clamp, "gumbel": opts.gumbel},
+        "steps": trainer.global_step,
+        "train_seconds": train_seconds,
+        "validation": previous.get("validation", []) + history,
+        "final": final,
+        "final_val_mlm_acc": final["routed"]["val_mlm_acc"],
+        "data": {"path": str(data.path), "settings": data.settings, "stats": data.stats},
+        "tokenizer": "tokenizer",
+        "options": {k: v for k, v in asdict(opts).items()},
+        "world_size": trainer.world_size,
+        "precision": precision,
+    }
+    srundir.write_json_atomic(run_dir / "meta.json", meta)
+    if reporter is not None:
+        reporter.final(_nni_metric(final))
+    return meta
