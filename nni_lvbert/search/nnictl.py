@@ -1,0 +1,291 @@
+"""The nnictl path: search-space JSON, a checked `nnictl create` wrapper, and exporting the best trial.
+
+`experiments/search.yml` is an HPO-style NNI config (NAS-style nnictl configs never start their strategy on
+NNI 3.0): `searchSpaceFile` (generated from the ModelSpace), the Algorithm-1 tuner (`tuner.LVBertEvolutionTuner`)
+and a trial command (`python -m nni_lvbert.search.trial`) that scores one architecture of the supernet named by
+$LVBERT_SUPERNET.
+
+`lvbert search nnictl` checks the port and the supernet first (one clear line on failure), writes a copy of the
+config with absolute paths and the requested overrides next to the experiment logs, binds the web UI to 127.0.0.1
+(NNI's manager listens on every interface; a Node preload script passes the host to `listen`) and runs
+`nnictl create`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..errors import UserError
+
+REPO = Path(__file__).resolve().parent.parent.parent
+DEFAULT_CONFIG = REPO / "experiments" / "search.yml"
+
+# Loaded by NNI's Node process (NODE_OPTIONS=--require): every server that listens on a bare port listens on
+# $NNI_BIND_HOST (default 127.0.0.1) instead of all interfaces.
+BIND_JS = """\
+const net = require('net');
+const host = process.env.NNI_BIND_HOST || '127.0.0.1';
+const listen = net.Server.prototype.listen;
+net.Server.prototype.listen = function (...args) {
+  if (typeof args[0] === 'number' && (args.length === 1 || typeof args[1] === 'function')) {
+    args.splice(1, 0, host);
+  } else if (args[0] && typeof args[0] === 'object' && args[0].port !== undefined && !args[0].host) {
+    args[0] = { ...args[0], host };
+  }
+  return listen.apply(this, args);
+};
+"""
+
+
+def space_json(space="lvbert") -> dict:
+    """The nnictl search space of a search space (name, YAML path or SpaceSpec), generated from the NNI ModelSpace."""
+    from ..config import ModelConfig, SpaceSpec, load_space
+    from ..space import LVBertSpace
+
+    spec = space if isinstance(space, SpaceSpec) else load_space(space)
+    # the choices do not depend on the model size: build the smallest valid space
+    cfg = ModelConfig(vocab_size=8, hidden_size=8, embedding_size=8, ff_size=8, num_heads=1, conv_head_size=8,
+                      max_length=8, max_position=8)
+    return LVBertSpace(spec, cfg).search_space_json()
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    for addr in (host, "0.0.0.0"):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((addr, port))
+            except OSError:
+                return False
+    return True
+
+
+def _nnictl() -> str:
+    exe = Path(sys.executable).with_name("nnictl")
+    if exe.is_file():
+        return str(exe)
+    found = shutil.which("nnictl")
+    if not found:
+        raise UserError("nnictl not found (pip install nni==3.0)")
+    return found
+
+
+def derived_config(config: Path, supernet: Path, overrides: dict, workdir: Path | None) -> dict:
+    """The config with absolute paths, the supernet in the trial command and the overrides applied."""
+    import yaml
+
+    if not config.is_file():
+        raise UserError(f"config not found: {config}")
+    try:
+        data = yaml.safe_load(config.read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"{config} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{config} must hold a YAML mapping")
+    base = config.resolve().parent
+
+    def absolute(p):
+        return str((base / os.path.expanduser(str(p))).resolve())
+
+    for key in ("searchSpaceFile", "trialCodeDirectory", "experimentWorkingDirectory"):
+        if data.get(key):
+            data[key] = absolute(data[key])
+    tuner = data.get("tuner") or {}
+    if tuner.get("codeDirectory"):
+        tuner["codeDirectory"] = absolute(tuner["codeDirectory"])
+    if workdir is not None:
+        data["experimentWorkingDirectory"] = str(workdir.resolve())
+    data["trialCommand"] = f"{sys.executable} -m nni_lvbert.search.trial --supernet {supernet.resolve()}" + (
+        " " + overrides.pop("trial_args") if overrides.get("trial_args") else "")
+    overrides.pop("trial_args", None)
+    for key in ("maxTrialNumber", "trialConcurrency", "experimentName"):
+        if overrides.get(key) is not None:
+            data[key] = overrides.pop(key)
+    class_args = {k: v for k, v in overrides.items() if v is not None}
+    if class_args:
+        tuner.setdefault("classArgs", {}).update(class_args)
+        if ("max_params" in class_args or "max_flops" in class_args):
+            tuner["classArgs"]["supernet"] = str(supernet.resolve())
+    data["tuner"] = tuner
+    return data
+
+
+def create(args) -> int:
+    """`lvbert search nnictl`: checks, derived config, `nnictl create`."""
+    import yaml
+
+    from .trial import read_run_dir
+
+    if not 1 <= args.port <= 65535:
+        raise UserError(f"port must be between 1 and 65535, got {args.port}")
+    if not port_free(args.port):
+        raise UserError(f"port {args.port} is already in use; pick another with --port")
+    supernet = Path(args.supernet)
+    spec, _, _ = read_run_dir(supernet)  # missing / unfinished supernet -> one line
+    config = Path(args.config)
+    overrides = {"maxTrialNumber": args.max_trials, "trialConcurrency": args.concurrency,
+                 "population": args.population, "iterations": args.iterations, "topk": args.topk,
+                 "crossover": args.crossover, "mutation": args.mutation, "mutation_prob": args.mutation_prob,
+                 "seed": args.seed, "max_params": args.max_params, "max_flops": args.max_flops,
+                 "trial_args": " ".join(a for a in (f"--val-tokens {args.val_tokens}" if args.val_tokens else "",
+                                                    f"--threads {args.trial_threads}" if args.trial_threads else "")
+                                        if a) or None}
+    workdir = Path(args.workdir) if args.workdir else None
+    data = derived_config(config, supernet, overrides, workdir)
+    from .algorithm import EvolutionConfig
+
+    ca = data["tuner"].get("classArgs", {})
+    EvolutionConfig(**{k: ca[k] for k in ("population", "iterations", "topk", "crossover", "mutation",
+                                          "mutation_prob") if k in ca}).validate()  # budget 0 -> one line
+    run_dir = Path(args.workdir or data.get("experimentWorkingDirectory") or Path.home() / "nni-experiments")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    space_file = Path(data.get("searchSpaceFile") or run_dir / "search_space.json")
+    generated = space_json(spec)
+    if not space_file.is_file() or json.loads(space_file.read_text()) != generated:
+        # the supernet's own space (the committed file is the default `lvbert` space)
+        space_file = run_dir / f"search_space-{spec.name}.json"
+        space_file.write_text(json.dumps(generated, indent=2) + "\n")
+        data["searchSpaceFile"] = str(space_file)
+    derived = run_dir / f"search-{args.port}.yml"
+    derived.write_text(yaml.safe_dump(data, sort_keys=False))
+    preload = run_dir / "bind_localhost.js"
+    preload.write_text(BIND_JS)
+    env = dict(os.environ)
+    env["NODE_OPTIONS"] = (env.get("NODE_OPTIONS", "") + f" --require {preload}").strip()
+    env["NNI_BIND_HOST"] = args.host
+    env["LVBERT_SUPERNET"] = str(supernet.resolve())
+    cmd = [_nnictl(), "create", "--config", str(derived), "--port", str(args.port)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
+    match = re.search(r"Experiment ID:\s*(\w+)", text) or re.search(r"experiment id is\s+(\w+)", text)
+    if proc.returncode != 0 or not match:
+        last = [line for line in text.splitlines() if line.strip() and "pkg_resources" not in line
+                and "Warning" not in line]
+        raise UserError(f"nnictl create failed: {last[-1].strip() if last else 'no output'} (config {derived})")
+    exp_id = match.group(1)
+    print(json.dumps({"experiment": exp_id, "web_ui": f"http://{args.host}:{args.port}", "config": str(derived),
+                      "stop": f"nnictl stop {exp_id}",
+                      "export": f"lvbert search export --experiment {exp_id} --supernet {supernet}"}))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- export
+def experiment_dir(exp_id: str) -> Path:
+    """Where nnictl keeps an experiment (its log directory from NNI's experiment manifest)."""
+    from nni.tools.nnictl.config_utils import Experiments
+
+    info = Experiments().get_all_experiments().get(exp_id)
+    if info is None:
+        raise UserError(f"unknown NNI experiment {exp_id!r} (see `nnictl experiment list --all`)")
+    root = Path(info.get("logDir") or Path.home() / "nni-experiments")
+    path = root if (root / "db").is_dir() else root / exp_id
+    if not (path / "db" / "nni.sqlite").is_file():
+        raise UserError(f"experiment {exp_id} has no trial database at {path / 'db' / 'nni.sqlite'}")
+    return path
+
+
+def read_trials(exp_dir: Path) -> tuple[list[dict], dict]:
+    """(succeeded trials with parameters and final metric, experiment config) from the experiment's database."""
+    con = sqlite3.connect(f"file:{exp_dir / 'db' / 'nni.sqlite'}?mode=ro", uri=True)
+    try:
+        cur = con.cursor()
+        params, finals = {}, {}
+        for trial_id, event, data in cur.execute("SELECT trialJobId, event, data FROM TrialJobEvent"):
+            if data and trial_id not in params:  # the first event with data carries the parameters
+                try:
+                    record = json.loads(data)
+                except json.JSONDecodeError:
+                    continue
+                p = record.get("parameters", record)
+                if isinstance(p, str):
+                    p = json.loads(p)
+                params[trial_id] = p
+        for trial_id, mtype, data in cur.execute("SELECT trialJobId, type, data FROM MetricData"):
+            if mtype == "FINAL":
+                value = json.loads(data)
+                if isinstance(value, str):
+                    value = json.loads(value)
+                finals[trial_id] = value
+        profile = cur.execute("SELECT params FROM ExperimentProfile ORDER BY revision DESC LIMIT 1").fetchone()
+    finally:
+        con.close()
+    config = json.loads(profile[0]) if profile else {}
+    trials = []
+    for trial_id, value in finals.items():
+        score = value.get("default") if isinstance(value, dict) else value
+        if trial_id in params and isinstance(score, (int, float)):
+            trials.append({"trial": trial_id, "parameters": params[trial_id], "score": float(score)})
+    return trials, config
+
+
+def export(args) -> int:
+    """`lvbert search export`: the best trial of an nnictl experiment as best_arch.json."""
+    from ..arch import parse_arch, to_compact, to_dict
+    from ..info import param_counts
+    from ..supernet.rundir import write_json_atomic
+    from .cost import CostModel
+    from .trial import read_run_dir
+
+    exp_dir = Path(args.experiment_dir) if args.experiment_dir else experiment_dir(args.experiment)
+    trials, config = read_trials(exp_dir)
+    if not trials:
+        raise UserError(f"experiment {args.experiment or exp_dir} has no finished trial with a final metric yet")
+    supernet = args.supernet
+    if supernet is None:
+        m = re.search(r"--supernet\s+(\S+)", config.get("trialCommand", ""))
+        supernet = m.group(1) if m and "$" not in m.group(1) else os.environ.get("LVBERT_SUPERNET", "runs/supernet")
+    spec, cfg, meta = read_run_dir(supernet)
+    best = max(trials, key=lambda t: t["score"])
+    params = best["parameters"]
+    if isinstance(params, dict) and "parameters" in params and isinstance(params["parameters"], dict):
+        params = params["parameters"]
+    types = parse_arch(params, spec)  # arch of another space -> one line
+    counts = param_counts(cfg, types)
+    tuner = config.get("tuner") or {}
+    class_args = tuner.get("classArgs") or {}
+    out = Path(args.out)
+    result = {
+        "arch": to_dict(types),
+        "compact": to_compact(types),
+        "score": best["score"],
+        "metric": "mlm_acc (inherited supernet weights, fixed-masked validation split)",
+        "params": {k: counts[k] for k in ("backbone", "word_embedding", "other_embedding", "mlm_head", "total")},
+        "backbone_flops": CostModel(cfg, spec).flops(types),
+        "strategy": "nnictl:" + str(tuner.get("className") or tuner.get("name") or "tuner"),
+        "seed": class_args.get("seed"),
+        "supernet": {"run_dir": str(Path(supernet).resolve()), "space": spec.to_dict(), "size": meta.get("size"),
+                     "steps": meta.get("steps")},
+        "space": spec.name,
+        "experiment": {"id": args.experiment or config.get("id") or exp_dir.name, "trial": best["trial"],
+                       "trials_with_metric": len(trials)},
+    }
+    write_json_atomic(out, result)
+    print(json.dumps({"out": str(out), "compact": result["compact"], "score": result["score"],
+                      "trial": best["trial"]}))
+    return 0
+
+
+def wait_for_trials(port: int, n: int, timeout: float, host: str = "127.0.0.1") -> list[dict]:
+    """Poll the REST API until `n` trials ended (used by tests and the benchmark)."""
+    import urllib.request
+
+    deadline = time.time() + timeout
+    jobs: list[dict] = []
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://{host}:{port}/api/v1/nni/trial-jobs", timeout=5) as r:
+                jobs = json.loads(r.read())
+        except OSError:
+            jobs = []
+        done = [j for j in jobs if j.get("status") in ("SUCCEEDED", "FAILED", "USER_CANCELED", "SYS_CANCELED")]
+        if len(done) >= n:
+            return jobs
+        time.sleep(1.0)
+    raise TimeoutError(f"{len(jobs)} trials seen, fewer than {n} ended within {timeout:.0f} s")

@@ -1,0 +1,339 @@
+"""`lvbert search run`: strategies over a trained supernet -> best_arch.json, history.jsonl, search_curve.png.
+
+Output directory:
+
+    search.json        settings of the search (checked on --resume) and, when finished, a summary
+    history.jsonl      one line per evaluated candidate: strategy, index, iteration, arch, score, cost
+    best_arch.json     the best architecture (written last, atomically; never partial)
+    search_curve.png   top-10 MLM accuracy per iteration, one series per strategy (LV-BERT Figure 3)
+    nni/               NNI experiment logs
+
+Resume: every strategy is seeded, so a resumed search replays the same proposals; history.jsonl supplies the
+scores of everything already evaluated (nothing is scored twice), and new candidates are appended.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..arch import to_compact, to_dict
+from ..errors import UserError
+from .algorithm import EvolutionConfig
+
+HISTORY = "history.jsonl"
+BEST = "best_arch.json"
+SETTINGS = "search.json"
+PLOT = "search_curve.png"
+STRATEGY_NAMES = ("evolution", "regularized-evolution", "random")
+
+
+@dataclass
+class SearchOptions:
+    supernet: str = "runs/supernet"
+    strategies: list[str] = field(default_factory=lambda: ["evolution"])
+    seed: int = 0
+    out: str = "runs/search"
+    evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
+    max_params: int | None = None
+    max_flops: int | None = None
+    val_tokens: int = 16384
+    batch_size: int = 64
+    data: str | None = None
+    space: str | None = None  # expected search space (checked against the supernet's)
+    prefix_cache: bool = True
+    cache_mb: int = 1024
+    threads: int | None = None
+    resume: bool = False
+    overwrite: bool = False
+    progress: bool = True
+
+
+class History:
+    """history.jsonl: append-only, one JSON object per line; a torn last line (killed mid-write) is dropped."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.records: list[dict] = []
+        if path.is_file():
+            text = path.read_text()
+            lines = text.split("\n")
+            good = []
+            for line in lines:
+                if not line.strip():
+                    continue
+                try:
+                    good.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break  # torn tail
+            self.records = good
+            clean = "".join(json.dumps(r) + "\n" for r in good)
+            if clean != text:
+                path.write_text(clean)
+        self._f = None
+
+    def by_strategy(self, name: str) -> list[dict]:
+        return [r for r in self.records if r["strategy"] == name]
+
+    def append(self, record: dict) -> None:
+        if self._f is None:
+            self._f = self.path.open("a")
+        self._f.write(json.dumps(record) + "\n")
+        self._f.flush()
+        self.records.append(record)
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+def _check_out_dir(out: Path, resume: bool, overwrite: bool) -> None:
+    if resume and overwrite:
+        raise UserError("--resume and --overwrite exclude each other")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"output directory {out} is a file")
+    non_empty = out.is_dir() and any(out.iterdir())
+    if resume:
+        if not (out / SETTINGS).is_file():
+            raise UserError(f"nothing to resume in {out}: no {SETTINGS}")
+    elif non_empty and not overwrite:
+        raise UserError(f"output directory {out} is not empty; pass --resume to continue it or --overwrite to replace it")
+
+
+def _check_space(spec, expected: str | None, run_dir) -> None:
+    if expected is None:
+        return
+    from ..config import load_space
+
+    want = load_space(expected)
+    if (want.slots, list(want.candidates)) != (spec.slots, list(spec.candidates)):
+        raise UserError(f"supernet {run_dir} was trained on space {spec.name!r} ({spec.slots} slots of "
+                        f"{'/'.join(spec.candidates)}), not on {want.name!r} ({want.slots} slots of "
+                        f"{'/'.join(want.candidates)})")
+
+
+def settings_of(opts: SearchOptions, scorer) -> dict:
+    return {
+        "supernet": str(Path(opts.supernet).resolve()),
+        "space": scorer.spec.to_dict(),
+        "seed": opts.seed,
+        "evolution": opts.evolution.to_dict(),
+        "budget": opts.evolution.budget,
+        "constraints": {"max_params": opts.max_params, "max_flops": opts.max_flops},
+        "val_tokens": opts.val_tokens,
+        "batch_size": opts.batch_size,
+        "data": scorer.val_stats["data"],
+    }
+
+
+def run_search(opts: SearchOptions, log=None) -> dict:
+    """Run every strategy in `opts.strategies` with the same budget; returns best_arch.json's content."""
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    opts.evolution.validate()
+    unknown = [s for s in opts.strategies if s not in STRATEGY_NAMES]
+    if unknown or not opts.strategies:
+        raise UserError(f"unknown strategy {', '.join(unknown) or '(none)'}; choose from {', '.join(STRATEGY_NAMES)}")
+    if len(set(opts.strategies)) != len(opts.strategies):
+        raise UserError("a strategy is listed twice")
+    for name in ("max_params", "max_flops"):
+        v = getattr(opts, name)
+        if v is not None and v < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be positive, got {v}")
+    out = Path(opts.out)
+    _check_out_dir(out, opts.resume, opts.overwrite)
+    supernet = Path(opts.supernet)
+    if not supernet.is_dir():
+        raise UserError(f"supernet directory not found: {supernet}")
+
+    import torch
+
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    from .cost import CostModel
+    from .scorer import SupernetScorer
+    from ..supernet.rundir import load_supernet
+
+    loaded = load_supernet(supernet)
+    _check_space(loaded[1], opts.space, supernet)
+    loaded[3].setdefault("run_dir", str(supernet))
+    cost = CostModel(loaded[2], loaded[1])
+    accept_types = cost.constraint(opts.max_params, opts.max_flops)  # raises when a bound is impossible
+    scorer = SupernetScorer(loaded, val_tokens=opts.val_tokens, batch_size=opts.batch_size, data=opts.data,
+                            prefix_cache=opts.prefix_cache, cache_mb=opts.cache_mb, keep=opts.evolution.topk)
+    settings = settings_of(opts, scorer)
+
+    # everything checked: only now touch the output directory
+    if opts.resume:
+        previous = json.loads((out / SETTINGS).read_text())
+        diff = [k for k in settings if previous.get("settings", {}).get(k) != settings[k]]
+        if diff:
+            raise UserError(f"cannot resume {out}: the search settings differ ({', '.join(diff)}); "
+                            "use the same options or --overwrite")
+    elif out.exists() and opts.overwrite:
+        shutil.rmtree(out)
+    created = not out.exists() or not any(out.iterdir())
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in (BEST, PLOT):  # a resumed or replaced search rewrites them at the end
+        (out / stale).unlink(missing_ok=True)
+    from ..supernet.rundir import write_json_atomic
+
+    write_json_atomic(out / SETTINGS, {"settings": settings, "strategies": opts.strategies})
+    history = History(out / HISTORY)
+    for r in history.records:  # known scores are never recomputed
+        scorer.scores.setdefault(r["arch"], r["score"])
+
+    labels = scorer.labels
+    accept = (lambda sample: accept_types([sample[label] for label in labels])) if accept_types else None
+    budget = opts.evolution.budget
+    summary: dict[str, dict] = {}
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=budget * len(opts.strategies), unit="cand", disable=not opts.progress, file=sys.stderr,
+               dynamic_ncols=True, mininterval=0.5)
+    try:
+        for name in opts.strategies:
+            summary[name] = _run_one(name, opts, scorer, cost, accept, history, bar, out)
+    except KeyboardInterrupt:
+        bar.close()
+        log(f"search interrupted; continue it with: lvbert search run ... --out {out} --resume")
+        raise
+    except UserError:
+        bar.close()
+        history.close()
+        if created and not history.records:  # failed before evaluating anything: leave no output behind
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    finally:
+        bar.close()
+        history.close()
+
+    best_name = max(summary, key=lambda n: (summary[n]["score"], -opts.strategies.index(n)))
+    best = summary[best_name]
+    result = _best_arch(best, best_name, opts, scorer, cost, summary)
+    _plot(history.records, opts.strategies, out / PLOT, opts.evolution)
+    write_json_atomic(out / SETTINGS, {"settings": settings, "strategies": opts.strategies, "summary": summary,
+                                       "scorer": scorer.stats()})
+    write_json_atomic(out / BEST, result)
+    return result
+
+
+def _run_one(name: str, opts: SearchOptions, scorer, cost, accept, history: History, bar, out: Path) -> dict:
+    from .strategy import SupernetEvaluator, make_strategy, run_strategy
+
+    cfg = opts.evolution
+    previous = history.by_strategy(name)
+    strategy = make_strategy(name, cfg, opts.seed, accept)
+    state = {"index": 0, "best": None, "start": time.perf_counter(), "computed": scorer.computed}
+    bar.set_description(name)
+
+    def score(sample: dict) -> float:
+        types = [sample[label] for label in scorer.labels]
+        compact = to_compact(types)
+        i = state["index"]
+        state["index"] += 1
+        if i < len(previous):  # replaying an interrupted search: same seed, same proposals
+            if previous[i]["arch"] != compact:
+                raise UserError(f"cannot resume: {HISTORY} does not match the replayed {name} search at candidate "
+                                f"{i} ({previous[i]['arch']} vs {compact}); use --overwrite")
+            value = previous[i]["score"]
+        else:
+            cached = compact in scorer.scores
+            t0 = time.perf_counter()
+            value = scorer.score(types)
+            iteration = strategy.iteration if hasattr(strategy, "iteration") else cfg.iteration_of(i)
+            history.append({"strategy": name, "index": i, "iteration": iteration, "arch": compact,
+                            "arch_dict": to_dict(types), "score": value, "backbone_params": cost.params(types),
+                            "backbone_flops": cost.flops(types), "cached": cached,
+                            "seconds": round(time.perf_counter() - t0, 4)})
+        if state["best"] is None or value > state["best"][1]:
+            state["best"] = (compact, value)
+        bar.update(1)
+        bar.set_postfix(best=f"{state['best'][1]:.4f}", refresh=False)
+        return value
+
+    run_strategy(scorer.space, strategy, SupernetEvaluator(score), cfg.budget, (out / "nni").resolve())
+    if state["best"] is None:
+        raise UserError("no candidate satisfies the constraints (--max-params/--max-flops): nothing was evaluated")
+    bar.update(cfg.budget - state["index"])  # strategies that stop early (exhausted space) still fill the bar
+    records = history.by_strategy(name)
+    best = max(records, key=lambda r: (r["score"], -r["index"]))
+    return {"arch": best["arch"], "score": best["score"], "evaluations": len(records),
+            "computed": scorer.computed - state["computed"], "seconds": round(time.perf_counter() - state["start"], 2)}
+
+
+def _best_arch(best: dict, name: str, opts: SearchOptions, scorer, cost, summary: dict) -> dict:
+    from ..arch import parse_arch
+    from ..info import param_counts
+
+    types = parse_arch(best["arch"], scorer.spec)
+    params = param_counts(scorer.cfg, types)
+    return {
+        "arch": to_dict(types),
+        "compact": best["arch"],
+        "score": best["score"],
+        "metric": "mlm_acc (inherited supernet weights, fixed-masked validation split)",
+        "params": {k: params[k] for k in ("backbone", "word_embedding", "other_embedding", "mlm_head", "total")},
+        "backbone_flops": cost.flops(types),
+        "strategy": name,
+        "seed": opts.seed,
+        "supernet": {**scorer.describe(), "run_dir": str(Path(opts.supernet).resolve())},
+        "space": scorer.spec.name,
+        "size": scorer.meta.get("size"),
+        "budget": opts.evolution.budget,
+        "evolution": opts.evolution.to_dict(),
+        "constraints": {"max_params": opts.max_params, "max_flops": opts.max_flops},
+        "validation": {"sequences": scorer.val_stats["sequences"], "tokens": scorer.val_stats["tokens"],
+                       "masked_tokens": scorer.val_stats["masked_tokens"]},
+        "strategies": summary,
+    }
+
+
+def top_curve(records: list[dict], iterations: int, k: int = 10) -> list[list[float]]:
+    """Per iteration, the k best scores among everything evaluated up to and including it."""
+    out, pool = [], []
+    by_iter: dict[int, list[float]] = {}
+    for r in records:
+        by_iter.setdefault(r["iteration"], []).append(r["score"])
+    last = max(by_iter) if by_iter else -1
+    for it in range(min(iterations, last + 1)):
+        pool = sorted(pool + by_iter.get(it, []), reverse=True)[:k]
+        out.append(list(pool))
+    return out
+
+
+def _plot(records: list[dict], strategies: list[str], path: Path, cfg: EvolutionConfig) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    styles = [("o", "-"), ("s", "--"), ("^", ":")]
+    for i, name in enumerate(strategies):
+        curve = top_curve([r for r in records if r["strategy"] == name], cfg.iterations)
+        if not curve:
+            continue
+        xs = list(range(1, len(curve) + 1))
+        mean = [sum(c) / len(c) for c in curve]
+        marker, style = styles[i % len(styles)]
+        line, = ax.plot(xs, mean, marker=marker, linestyle=style, markersize=4, label=name)
+        ax.fill_between(xs, [min(c) for c in curve], [max(c) for c in curve], color=line.get_color(), alpha=0.15)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("MLM accuracy of the top 10")
+    ax.set_title("Top-10 MLM accuracy per iteration (line: mean, band: min-max)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, path)
+

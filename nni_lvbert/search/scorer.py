@@ -1,0 +1,252 @@
+"""Score candidate architectures with weights inherited from the trained supernet (LV-BERT §3.3).
+
+The score is the MLM accuracy (correct / masked tokens) on the first sequences of the fixed-masked validation
+split, until at least `val_tokens` tokens. Everything happens in one process on the mutated supernet itself:
+
+- each slot's `PathSamplingLayer` is pointed at the candidate's layer type (`resample(memo=...)`): no copy of the
+  supernet, no `space.freeze()`; eval mode and `torch.inference_mode()`;
+- the validation set is read and batched once;
+- the vocabulary projection runs only at masked positions;
+- prefix reuse: the hidden states of the whole validation set after the first d slots are cached, keyed by the
+  d slot types. A candidate resumes from its longest cached prefix. Kept are the prefixes of the last candidate
+  (consecutive candidates of an Algorithm-1 generation are in lexicographic order), the prefixes of the best
+  `keep` candidates so far (the parents of the next generation) and, within `cache_mb`, the most recently used
+  others. Scores with and without the cache are the same computation on the same tensors;
+- known scores are never recomputed (`scores`, seeded from history.jsonl when resuming).
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..arch import parse_arch, slot_label, to_compact
+from ..errors import UserError
+
+
+@dataclass
+class ValBatch:
+    input_ids: torch.Tensor
+    token_type_ids: torch.Tensor
+    mask: torch.Tensor | None  # None when nothing is padded
+    masked: torch.Tensor  # bool (batch, seq): positions to predict
+    target: torch.Tensor  # labels at masked positions
+    tokens: int
+
+
+def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: int,
+                     vocab_size: int | None = None, max_position: int | None = None) -> tuple[list[ValBatch], dict]:
+    """The first validation sequences with at least `val_tokens` tokens in all (or the whole split), batched."""
+    from ..data import PreparedData
+
+    if val_tokens < 1:
+        raise UserError(f"--val-tokens must be at least 1, got {val_tokens}")
+    if batch_size < 1:
+        raise UserError(f"batch size must be at least 1, got {batch_size}")
+    path = Path(data_path)
+    if not path.is_dir():
+        raise UserError(f"prepared data directory not found: {path} (pass --data, or prepare it again)")
+    data = PreparedData.load(path)
+    if vocab_size is not None and data.vocab_size != vocab_size:
+        raise UserError(f"{path} has a {data.vocab_size}-token vocabulary but the supernet has {vocab_size}")
+    ds = data.val_dataset()
+    rows, tokens = [], 0
+    chunk = 256
+    for start in range(0, len(ds), chunk):
+        part = ds[start:start + chunk]
+        for ids, types, labels in zip(part["input_ids"], part["token_type_ids"], part["labels"]):
+            rows.append((ids, types, labels))
+            tokens += len(ids)
+            if tokens >= val_tokens:
+                break
+        if tokens >= val_tokens:
+            break
+    if not rows:
+        raise UserError(f"{path} has an empty validation split")
+    if max_position is not None and max(len(r[0]) for r in rows) > max_position:
+        raise UserError(f"{path} has sequences longer than the supernet's position table ({max_position})")
+    batches = []
+    for b in range(0, len(rows), batch_size):
+        part = rows[b:b + batch_size]
+        n = max(len(r[0]) for r in part)
+        ids = torch.full((len(part), n), pad_token_id, dtype=torch.long)
+        types = torch.zeros((len(part), n), dtype=torch.long)
+        labels = torch.full((len(part), n), -100, dtype=torch.long)
+        mask = torch.zeros((len(part), n), dtype=torch.bool)
+        for i, (a, t, y) in enumerate(part):
+            m = len(a)
+            ids[i, :m] = torch.as_tensor(a, dtype=torch.long)
+            types[i, :m] = torch.as_tensor(t, dtype=torch.long)
+            labels[i, :m] = torch.as_tensor(y, dtype=torch.long)
+            mask[i, :m] = True
+        masked = labels != -100
+        batches.append(ValBatch(ids, types, None if bool(mask.all()) else mask, masked, labels[masked],
+                                int(mask.sum())))
+    stats = {"data": str(data.path), "sequences": len(rows), "tokens": tokens,
+             "masked_tokens": int(sum(int(b.masked.sum()) for b in batches)), "batches": len(batches),
+             "requested_tokens": val_tokens, "whole_split": tokens < val_tokens}
+    return batches, stats
+
+
+class PrefixCache:
+    """Hidden states of the validation set after a prefix of slots, keyed by the prefix's layer types."""
+
+    def __init__(self, max_bytes: int, keep: int):
+        self.max_bytes, self.keep = max_bytes, keep
+        self.states: OrderedDict[tuple, list[torch.Tensor]] = OrderedDict()  # LRU order, most recent last
+        self.bytes = 0
+        self.best: list[tuple[float, tuple]] = []  # (score, arch) of the `keep` best, best first
+        self.pinned: dict[tuple, int] = {}  # prefix -> number of best archs through it
+        self.hits = 0
+
+    @staticmethod
+    def _size(states: list[torch.Tensor]) -> int:
+        return sum(t.numel() * t.element_size() for t in states)
+
+    def longest(self, arch: tuple) -> tuple[int, list[torch.Tensor] | None]:
+        for d in range(len(arch) - 1, 0, -1):
+            states = self.states.get(arch[:d])
+            if states is not None:
+                self.states.move_to_end(arch[:d])
+                self.hits += 1
+                return d, states
+        return 0, None
+
+    def put(self, prefix: tuple, states: list[torch.Tensor]) -> None:
+        if prefix in self.states:
+            self.states.move_to_end(prefix)
+            return
+        size = self._size(states)
+        if size > self.max_bytes:
+            return
+        self.states[prefix] = states
+        self.bytes += size
+        self._evict()
+
+    def _evict(self) -> None:
+        if self.bytes <= self.max_bytes:
+            return
+        for prefix in list(self.states):  # least recently used first; the best candidates' prefixes stay
+            if self.bytes <= self.max_bytes:
+                return
+            if prefix not in self.pinned:
+                self.bytes -= self._size(self.states.pop(prefix))
+        while self.bytes > self.max_bytes and self.states:  # pinned prefixes alone exceed the budget
+            prefix, states = self.states.popitem(last=False)
+            self.bytes -= self._size(states)
+
+    def scored(self, arch: tuple, score: float) -> None:
+        """Keep the prefixes of the best `keep` candidates: the parents of the next generation."""
+        if self.keep <= 0:
+            return
+        if len(self.best) >= self.keep and (-score, arch) >= (-self.best[-1][0], self.best[-1][1]):
+            return
+        self.best.append((score, arch))
+        self.best.sort(key=lambda e: (-e[0], e[1]))
+        for d in range(1, len(arch)):
+            self.pinned[arch[:d]] = self.pinned.get(arch[:d], 0) + 1
+        if len(self.best) > self.keep:
+            _, out = self.best.pop()
+            for d in range(1, len(out)):
+                self.pinned[out[:d]] -= 1
+                if not self.pinned[out[:d]]:
+                    del self.pinned[out[:d]]
+        self._evict()
+
+
+class SupernetScorer:
+    """MLM accuracy of architectures with inherited supernet weights.
+
+    `supernet` is a run directory or the tuple returned by `rundir.load_supernet`; `data` overrides the prepared
+    data directory recorded in the run's meta.json.
+    """
+
+    def __init__(self, supernet, *, val_tokens: int = 16384, batch_size: int = 64, data=None,
+                 prefix_cache: bool = True, cache_mb: int = 1024, keep: int = 10):
+        from ..supernet.rundir import load_supernet
+
+        if isinstance(supernet, (str, Path)):
+            self.run_dir = str(supernet)
+            space, spec, cfg, meta = load_supernet(supernet)
+        else:
+            space, spec, cfg, meta = supernet
+            self.run_dir = meta.get("run_dir")
+        self.space, self.spec, self.cfg, self.meta = space.eval(), spec, cfg, meta
+        self.labels = [slot_label(i) for i in range(spec.slots)]
+        self.layers = list(space.layers)
+        if len(self.layers) != spec.slots or not all(hasattr(m, "resample") for m in self.layers):
+            raise UserError("the supernet's slots are not NNI path-sampling layers")
+        data = data or (meta.get("data") or {}).get("path")
+        if not data:
+            raise UserError("the supernet's meta.json records no prepared data directory; pass --data")
+        pad = cfg.pad_token_id
+        self.batches, self.val_stats = load_val_batches(data, val_tokens, batch_size, pad, cfg.vocab_size,
+                                                        cfg.max_position)
+        self.prefix_cache = prefix_cache
+        self.cache = PrefixCache(int(cache_mb * 2**20), keep if prefix_cache else 0)
+        self.scores: dict[str, float] = {}  # compact arch -> score
+        self.computed = 0  # candidates actually run through the network
+        self.slots_computed = 0
+        self.seconds = 0.0
+        with torch.inference_mode():
+            self._embedded = [space.embeddings(b.input_ids, b.token_type_ids) for b in self.batches]
+
+    def types(self, arch) -> list[str]:
+        return parse_arch(arch, self.spec)
+
+    def score(self, arch) -> float:
+        types = self.types(arch)
+        key = to_compact(types)
+        if key in self.scores:
+            return self.scores[key]
+        start = time.perf_counter()
+        arch_t = tuple(types)
+        with torch.inference_mode():
+            d, states = self.cache.longest(arch_t) if self.prefix_cache else (0, None)
+            x = states if states is not None else self._embedded
+            for i in range(d, len(types)):
+                layer = self.layers[i]
+                layer.resample(memo={self.labels[i]: types[i]})
+                x = [layer(h, b.mask) for h, b in zip(x, self.batches)]
+                if self.prefix_cache and i + 1 < len(types):
+                    self.cache.put(arch_t[:i + 1], x)
+            correct = count = 0
+            head = self.space.head
+            for h, b in zip(x, self.batches):
+                logits = head(h[b.masked])
+                correct += int((logits.argmax(-1) == b.target).sum())
+                count += int(b.target.numel())
+        score = correct / count if count else 0.0
+        self.scores[key] = score
+        if self.prefix_cache:
+            self.cache.scored(arch_t, score)
+        self.computed += 1
+        self.slots_computed += len(types) - d
+        self.seconds += time.perf_counter() - start
+        return score
+
+    def stats(self) -> dict:
+        return {"computed": self.computed, "known": len(self.scores), "slots_computed": self.slots_computed,
+                "seconds": round(self.seconds, 3), "prefix_cache": self.prefix_cache,
+                "cache_mb": round(self.cache.bytes / 2**20, 1), **{f"val_{k}": v for k, v in self.val_stats.items()}}
+
+    def describe(self) -> dict:
+        return {"run_dir": self.run_dir, "space": self.spec.to_dict(), "size": self.meta.get("size"),
+                "steps": self.meta.get("steps"), "final_val_mlm_acc": self.meta.get("final_val_mlm_acc")}
+
+
+def score_cli(args) -> int:
+    """`lvbert search score`: the inherited-weight MLM accuracy of one architecture."""
+    scorer = SupernetScorer(args.supernet, val_tokens=args.val_tokens, batch_size=args.batch_size, data=args.data,
+                            prefix_cache=False)
+    from .cost import CostModel
+
+    types = scorer.types(args.arch)
+    score = scorer.score(types)
+    print(json.dumps({"arch": to_compact(types), "mlm_acc": score, **CostModel(scorer.cfg, scorer.spec).describe(types),
+                      "val_tokens": scorer.val_stats["tokens"], "masked_tokens": scorer.val_stats["masked_tokens"]}))
+    return 0

@@ -1,0 +1,504 @@
+"""Search: Algorithm 1, its NNI strategy and tuner adapters, the in-process scorer, outputs, resume, bad input, nnictl.
+
+Everything runs on a tiny supernet (hidden 32, 6 slots, ~500-token vocabulary) built by tests/search_fixtures.py.
+The nnictl end-to-end test is `test_nnictl_end_to_end` (select it with `-k nnictl`).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from nni_lvbert.cli import main
+from nni_lvbert.errors import UserError
+from nni_lvbert.search.algorithm import Algorithm1, ConstraintError, EvolutionConfig
+from tests.search_fixtures import SLOTS, build_tiny_supernet, prepare_tiny_data, tiny_spec
+
+REPO = Path(__file__).resolve().parent.parent
+TYPES = ["dc", "sa", "ff", "glu"]
+SMALL = ["--population", "6", "--iterations", "3", "--topk", "3", "--crossover", "3", "--mutation", "3",
+         "--val-tokens", "1024", "--no-progress"]  # budget 6 + 2 * 6 = 18
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One torch thread: on 2 shared cores, spinning thread pools make small models several times slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def choices(slots=SLOTS, values=TYPES):
+    return {f"layer{i:02d}": list(values) for i in range(slots)}
+
+
+def synthetic_score(arch: dict) -> float:
+    """A deterministic landscape with a unique optimum: weights per (slot, type) plus a small hash term."""
+    w = {"dc": 0.3, "sa": 0.5, "ff": 0.1, "glu": 0.2}
+    s = sum(w[v] * (1 + 0.1 * i) for i, v in enumerate(arch.values()))
+    return s + (hash(tuple(arch.values())) % 1000) * 1e-7
+
+
+def drive(algo: Algorithm1, score=synthetic_score, on_generation=None):
+    """Run an algorithm to the end; returns [(generation, arch dict)] in hand-out order."""
+    out = []
+    while True:
+        batch = algo.ask_all()
+        if not batch:
+            assert algo.finished
+            return out
+        gen = algo.generation
+        if on_generation:
+            on_generation(gen, batch, list(algo.topk))
+        for arch in batch:
+            out.append((gen, arch))
+            algo.tell(arch, score(arch))
+
+
+# ----------------------------------------------------------------------------------------------- Algorithm 1
+def test_budget_accounting_matches_the_paper():
+    cfg = EvolutionConfig()
+    assert cfg.budget == 50 + 19 * 50 == 1000
+    assert cfg.iteration_of(0) == cfg.iteration_of(49) == 0
+    assert cfg.iteration_of(50) == 1 and cfg.iteration_of(999) == 19
+    assert EvolutionConfig(population=5, iterations=1).budget == 5
+    with pytest.raises(UserError, match="budget is 0"):
+        EvolutionConfig(iterations=0).validate()
+    with pytest.raises(UserError, match="budget is 0"):
+        EvolutionConfig(population=0).validate()
+
+
+def test_algorithm1_populations_operators_topk_and_best():
+    cfg = EvolutionConfig(population=20, iterations=6, topk=5, crossover=10, mutation=10, mutation_prob=0.1)
+    algo = Algorithm1(choices(8), cfg, seed=3)
+    topk_before: dict[int, list] = {}
+    order = drive(algo, on_generation=lambda g, batch, topk: topk_before.setdefault(g, topk))
+    archs = [tuple(a.values()) for _, a in order]
+    assert len(archs) == cfg.budget == 120 and len(set(archs)) == 120  # never the same candidate twice
+    sizes = [sum(1 for g, _ in order if g == n) for n in range(cfg.iterations)]
+    assert sizes == [20, 10 + 10, 20, 20, 20, 20]
+    scores = {tuple(a.values()): synthetic_score(a) for _, a in order}
+    for gen in range(1, cfg.iterations):
+        parents = topk_before[gen]
+        # the top-k used to breed generation `gen` is the best k of everything scored before it
+        earlier = [tuple(a.values()) for g, a in order if g < gen]
+        assert parents == sorted(earlier, key=lambda a: (-scores[a], a))[: cfg.topk]
+        kids = [tuple(a.values()) for g, a in order if g == gen]
+        kinds = [algo.origin[k][0] for k in kids]
+        assert kinds.count("crossover") + kinds.count("random") >= 10 and "mutation" in kinds
+        for kid in kids:
+            kind, *src = algo.origin[kid]
+            if kind == "crossover":
+                a, b = src
+                assert a in parents and b in parents and a != b
+                assert all(kid[s] in (a[s], b[s]) for s in range(8))
+            elif kind == "mutation":
+                assert src[0] in parents and kid != src[0]
+    best_arch, best_score = algo.best()
+    assert best_score == max(scores.values()) and scores[tuple(best_arch.values())] == best_score
+
+
+def test_mutation_rate_and_crossover_mixing():
+    algo = Algorithm1(choices(24), EvolutionConfig(mutation_prob=0.1), seed=0)
+    parent = tuple(["dc"] * 24)
+    changed = np.mean([sum(c != "dc" for c in algo.mutate(parent)) / 24 for _ in range(3000)])
+    assert abs(changed - 0.1 * 3 / 4) < 0.01  # re-drawn with p, to one of 4 values
+    a, b = tuple(["dc"] * 24), tuple(["sa"] * 24)
+    from_b = np.mean([algo.crossover(a, b).count("sa") / 24 for _ in range(2000)])
+    assert abs(from_b - 0.5) < 0.02
+
+
+def test_algorithm1_is_seeded_and_resumable_from_its_state_dict():
+    cfg = EvolutionConfig(population=8, iterations=4, topk=3, crossover=4, mutation=4)
+    full = [tuple(a.values()) for _, a in drive(Algorithm1(choices(), cfg, seed=7))]
+    assert full == [tuple(a.values()) for _, a in drive(Algorithm1(choices(), cfg, seed=7))]
+    assert full != [tuple(a.values()) for _, a in drive(Algorithm1(choices(), cfg, seed=8))]
+    algo = Algorithm1(choices(), cfg, seed=7)
+    first = []
+    for _ in range(13):  # stop in the middle of generation 1, with one candidate handed out but not told
+        arch = algo.ask()
+        first.append(tuple(arch.values()))
+        algo.tell(arch, synthetic_score(arch))
+    algo.ask()
+    state = json.loads(json.dumps(algo.state_dict()))
+    again = Algorithm1(choices(), cfg, seed=7)
+    again.load_state_dict(state)
+    rest = [tuple(a.values()) for _, a in drive(again)]
+    assert first + rest == full
+    with pytest.raises(UserError, match="other evolution settings"):
+        Algorithm1(choices(), cfg, seed=8).load_state_dict(state)
+
+
+def test_constraints_filter_candidates_and_impossible_constraints_fail_clearly():
+    no_sa_first = lambda arch: arch["layer00"] != "sa"  # noqa: E731
+    cfg = EvolutionConfig(population=10, iterations=3, topk=3, crossover=5, mutation=5)
+    algo = Algorithm1(choices(), cfg, seed=0, accept=no_sa_first)
+    order = drive(algo)
+    assert len(order) == cfg.budget and all(a["layer00"] != "sa" for _, a in order)
+    with pytest.raises(ConstraintError, match="no architecture satisfying the constraints"):
+        Algorithm1(choices(), EvolutionConfig(max_rejections=500), accept=lambda a: False).ask()
+
+
+def test_small_space_is_exhausted_without_duplicates():
+    algo = Algorithm1(choices(2, ["dc", "sa"]), EvolutionConfig(population=3, iterations=5, topk=2, crossover=2,
+                                                                mutation=2), seed=0)
+    archs = [tuple(a.values()) for _, a in drive(algo)]
+    assert sorted(archs) == sorted(set(archs)) and len(archs) == 4  # 2^2 architectures, each once
+
+
+def test_tuner_adapter_runs_the_same_algorithm_under_concurrency():
+    import nni
+
+    from nni_lvbert.search.tuner import LVBertEvolutionTuner
+
+    kw = dict(population=6, iterations=3, topk=2, crossover=2, mutation=3)
+    reference = [tuple(a.values()) for _, a in drive(Algorithm1(choices(), EvolutionConfig(**kw), seed=5))]
+    tuner = LVBertEvolutionTuner(seed=5, **kw)
+    tuner.update_search_space({k: {"_type": "choice", "_value": v} for k, v in choices().items()})
+    sent, running, next_id = [], {}, [0]
+
+    def callback(pid, params):
+        sent.append(tuple(params.values()))
+        running[pid] = params
+
+    def request(n):
+        ids = list(range(next_id[0], next_id[0] + n))
+        next_id[0] += n
+        params = tuner.generate_multiple_parameters(ids, st_callback=callback)
+        for pid, p in zip(ids, params):
+            sent.append(tuple(p.values()))
+            running[pid] = p
+
+    request(4)  # 4 concurrent trials
+    while running:
+        pid = min(running)
+        params = running.pop(pid)
+        tuner.receive_trial_result(pid, params, {"default": synthetic_score(params)})
+        tuner.trial_end(pid, True)
+        request(1)  # the manager asks for a new trial whenever one ends
+    assert sent == reference  # same candidates, same order, nothing lost at the generation barriers
+    with pytest.raises(nni.NoMoreTrialError):
+        tuner.generate_parameters(999)
+
+
+# -------------------------------------------------------------------------------------------- supernet
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("search")
+    data = prepare_tiny_data(root)
+    run = build_tiny_supernet(root / "supernet", data, steps=30)
+    other = build_tiny_supernet(root / "other", data, spec=tiny_spec("tiny4", 4, ("dc", "ff")), steps=0)
+    space_file = root / "tiny6.yaml"
+    space_file.write_text("name: tiny6\nslots: 6\ncandidates: [dc, sa, ff, glu]\nsize: tiny\n")
+    return {"root": root, "data": data, "run": run, "other": other, "space_file": space_file}
+
+
+@pytest.fixture(scope="module")
+def scorer(tiny):
+    from nni_lvbert.search.scorer import SupernetScorer
+
+    return SupernetScorer(tiny["run"], val_tokens=2048, batch_size=32)
+
+
+def test_scores_are_inherited_weights_without_copying_the_supernet(tiny, scorer, monkeypatch):
+    from nni_lvbert.supernet.rundir import load_supernet
+    from nni_lvbert.search.trial import load_candidate, mlm_accuracy
+
+    ptrs = {n: p.data_ptr() for n, p in scorer.space.named_parameters()}
+    deep = []
+    monkeypatch.setattr(copy, "deepcopy", lambda *a, **k: deep.append(1))
+    archs = ["csfgcs", "ssffgg", "gggggg"]
+    got = [scorer.score(a) for a in archs]
+    monkeypatch.undo()
+    assert not deep and {n: p.data_ptr() for n, p in scorer.space.named_parameters()} == ptrs
+    assert not scorer.space.training
+    fresh, spec, cfg, _ = load_supernet(tiny["run"])
+    for arch, score in zip(archs, got):
+        types = scorer.types(arch)
+        frozen = fresh.freeze({f"layer{i:02d}": t for i, t in enumerate(types)}).eval()
+        assert mlm_accuracy(frozen, scorer.batches) == pytest.approx(score, abs=1e-6)
+        fixed = load_candidate(tiny["run"], types, spec, cfg)  # the nnictl trial's model
+        assert mlm_accuracy(fixed, scorer.batches) == pytest.approx(score, abs=1e-6)
+    assert 0.0 < max(got) <= 1.0
+
+
+def test_trial_loads_shared_layer_weights(tiny, tmp_path):
+    """sharing='type' (ALBERT): the weight file keeps one copy per layer type; the trial still finds it."""
+    from nni_lvbert.search.scorer import SupernetScorer
+    from nni_lvbert.search.trial import load_candidate, mlm_accuracy, read_run_dir
+
+    run = build_tiny_supernet(tmp_path / "shared", tiny["data"], steps=0, sharing="type", initializer_range=0.5)
+    scorer = SupernetScorer(run, val_tokens=512, batch_size=32)
+    spec, cfg, _ = read_run_dir(run)
+    for arch in ("csfgcs", "gggsss"):
+        types = scorer.types(arch)
+        assert mlm_accuracy(load_candidate(run, types, spec, cfg), scorer.batches) == scorer.score(arch)
+
+
+def test_prefix_cache_gives_identical_scores_with_less_work(tiny):
+    from nni_lvbert.search.scorer import SupernetScorer
+
+    algo = Algorithm1(choices(), EvolutionConfig(population=10, iterations=3, topk=3, crossover=5, mutation=5), seed=1)
+    cached = SupernetScorer(tiny["run"], val_tokens=1024, batch_size=32, prefix_cache=True)
+    naive = SupernetScorer(tiny["run"], val_tokens=1024, batch_size=32, prefix_cache=False)
+    diffs = []
+
+    def score(arch):
+        a, b = cached.score(list(arch.values())), naive.score(list(arch.values()))
+        diffs.append(abs(a - b))
+        return a
+
+    drive(algo, score)
+    assert len(diffs) == 30 and max(diffs) <= 1e-6
+    assert cached.slots_computed < naive.slots_computed == 30 * SLOTS
+    n = cached.computed
+    cached.score("csfgcs")
+    cached.score("csfgcs")
+    assert cached.computed <= n + 1  # an architecture is never computed twice
+
+
+def test_strategies_under_nas_experiment(scorer, tmp_path):
+    from nni_lvbert.search.strategy import SupernetEvaluator, make_strategy, run_strategy
+
+    cfg = EvolutionConfig(population=5, iterations=2, topk=2, crossover=2, mutation=2)
+    for name in ("evolution", "regularized-evolution", "random"):
+        seen = []
+        evaluator = SupernetEvaluator(lambda s: seen.append(tuple(s.values())) or scorer.score(list(s.values())))
+        exp = run_strategy(scorer.space, make_strategy(name, cfg, seed=0), evaluator, cfg.budget,
+                           tmp_path / name)
+        assert len(seen) == cfg.budget == 9 and len(set(seen)) == 9, name
+        best = exp.export_top_models(top_k=1, formatter="dict")[0]
+        assert scorer.score(list(best.values())) == max(scorer.score(list(s)) for s in seen)
+
+
+# --------------------------------------------------------------------------------------------- CLI
+def run_cli(argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_search_run_outputs(tiny, tmp_path, capsys):
+    out = tmp_path / "s"
+    code, stdout, _ = run_cli(["search", "run", "--supernet", str(tiny["run"]), "--strategy", "evolution",
+                               "regularized-evolution", "random", "--out", str(out), *SMALL], capsys)
+    assert code == 0, stdout
+    best = json.loads((out / "best_arch.json").read_text())
+    assert set(best["arch"]) == {f"layer{i:02d}" for i in range(SLOTS)}
+    assert best["compact"] == "".join({"dc": "c", "sa": "s", "ff": "f", "glu": "g"}[best["arch"][k]]
+                                      for k in sorted(best["arch"]))
+    assert best["seed"] == 0 and best["strategy"] in ("evolution", "regularized-evolution", "random")
+    assert best["supernet"]["run_dir"] == str(tiny["run"].resolve()) and best["params"]["backbone"] > 0
+    assert set(best["strategies"]) == {"evolution", "regularized-evolution", "random"}
+    lines = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
+    assert len(lines) == 3 * 18
+    for name in best["strategies"]:
+        mine = [r for r in lines if r["strategy"] == name]
+        assert [r["index"] for r in mine] == list(range(18)) and len({r["arch"] for r in mine}) == 18
+        assert [r["iteration"] for r in mine] == [0] * 6 + [1] * 6 + [2] * 6
+        assert best["strategies"][name]["score"] == max(r["score"] for r in mine)
+    assert best["score"] == max(r["score"] for r in lines)
+    assert (out / "search_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # LV-BERT §4.5: the searched architecture scaled to another size
+    code, info, _ = run_cli(["info", "--arch", str(out / "best_arch.json"), "--size", "small",
+                             "--space", str(tiny["space_file"]), "--json"], capsys)
+    assert code == 0 and json.loads(info)["arch"] == best["compact"]
+    # an existing output directory is never overwritten silently
+    code, _, err = run_cli(["search", "run", "--supernet", str(tiny["run"]), "--out", str(out), *SMALL], capsys)
+    assert code == 2 and "not empty" in err
+
+
+def test_same_seed_same_result_and_resume_does_not_rescore(tiny, tmp_path, capsys, monkeypatch):
+    from nni_lvbert.search import scorer as scorer_mod
+
+    args = ["search", "run", "--supernet", str(tiny["run"]), "--strategy", "evolution", "random", *SMALL]
+    assert run_cli([*args, "--out", str(tmp_path / "a")], capsys)[0] == 0
+    assert run_cli([*args, "--out", str(tmp_path / "b"), "--seed", "0"], capsys)[0] == 0
+    hist = lambda d: [(r["strategy"], r["arch"], r["score"]) for r in map(json.loads, (tmp_path / d / "history.jsonl").read_text().splitlines())]  # noqa: E731
+    best = lambda d: json.loads((tmp_path / d / "best_arch.json").read_text())  # noqa: E731
+    assert hist("a") == hist("b") and best("a")["compact"] == best("b")["compact"]
+
+    computed = []
+    original = scorer_mod.SupernetScorer.score
+
+    def counting(self, arch):
+        before = self.computed
+        value = original(self, arch)
+        if self.computed > before:
+            computed.append(arch)
+            if len(computed) == 11:  # interrupt in the middle of evolution's second generation
+                raise KeyboardInterrupt
+        return value
+
+    monkeypatch.setattr(scorer_mod.SupernetScorer, "score", counting)
+    code, _, err = run_cli([*args, "--out", str(tmp_path / "c")], capsys)
+    assert code == 130 and not (tmp_path / "c" / "best_arch.json").exists() and "--resume" in err
+    first = len(computed)
+    code, _, _ = run_cli([*args, "--out", str(tmp_path / "c"), "--resume"], capsys)
+    assert code == 0
+    assert hist("c") == hist("a") and best("c")["compact"] == best("a")["compact"]
+    done, interrupted, resumed = computed[:first - 1], computed[first - 1], computed[first:]
+    assert resumed[0] == interrupted  # only the candidate cut off mid-scoring is scored again
+    assert len({tuple(a) for a in done + resumed}) == len(done) + len(resumed)
+    assert len(done) + len(resumed) == len({r[1] for r in hist("a")})  # = an uninterrupted search's work
+    code, _, err = run_cli([*args, "--out", str(tmp_path / "c"), "--resume", "--seed", "1"], capsys)
+    assert code == 2 and "settings differ (seed)" in err
+
+
+def one_error_line(err: str) -> str:
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", ["missing", "other-space", "budget0", "params", "joint", "strategy"])
+def test_bad_search_input(tiny, tmp_path, capsys, case):
+    out = tmp_path / "out"
+    supernet = str(tiny["run"])
+    extra, msg = [], ""
+    if case == "missing":
+        supernet, msg = str(tmp_path / "nope"), "supernet directory not found"
+    elif case == "other-space":
+        extra, msg = ["--space", "lvbert"], "was trained on space 'tiny6'"
+    elif case == "budget0":
+        extra, msg = ["--iterations", "0"], "budget is 0"
+    elif case == "params":
+        extra, msg = ["--max-params", "1"], "no architecture of space 'tiny6' satisfies --max-params 1"
+    elif case == "joint":
+        from nni_lvbert.search.cost import CostModel
+        from nni_lvbert.supernet.rundir import load_supernet
+
+        _, spec, cfg, _ = load_supernet(tiny["run"])
+        cost = CostModel(cfg, spec)
+        # each bound alone is met by one architecture (all slots the fewest-parameter type / the cheapest type),
+        # both together by none
+        lean = min(TYPES, key=lambda t: cost.layer_params[t])
+        cheap = min(TYPES, key=lambda t: cost.layer_flops[t])
+        assert lean != cheap and sorted(cost.layer_params.values())[0] < sorted(cost.layer_params.values())[1]
+        assert sorted(cost.layer_flops.values())[0] < sorted(cost.layer_flops.values())[1]
+        extra = ["--max-params", str(cost.params([lean] * SLOTS)), "--max-flops", str(cost.flops([cheap] * SLOTS))]
+        msg = "no architecture satisfying the constraints"
+    elif case == "strategy":
+        extra, msg = ["--strategy", "annealing"], "unknown strategy annealing"
+    code, _, err = run_cli(["search", "run", "--supernet", supernet, "--out", str(out), *SMALL, *extra], capsys)
+    assert code == 2 and msg in one_error_line(err)
+    assert not out.exists()  # nothing evaluated: no output directory (in particular no best_arch.json)
+
+
+def test_bad_arch_and_space_input(tiny, tmp_path, capsys):
+    arch24 = tmp_path / "arch24.json"
+    arch24.write_text(json.dumps({"arch": {f"layer{i:02d}": "dc" for i in range(24)}}))
+    code, _, err = run_cli(["search", "score", "--supernet", str(tiny["run"]), "--arch", str(arch24),
+                            "--val-tokens", "256"], capsys)
+    assert code == 2 and "layer00..layer05 (6 slots)" in one_error_line(err)
+    code, out, _ = run_cli(["search", "score", "--supernet", str(tiny["run"]), "--arch", "csfgcs",
+                            "--val-tokens", "256"], capsys)
+    assert code == 0 and 0 <= json.loads(out)["mlm_acc"] <= 1
+    # a supernet directory that is not a finished run
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "space.yaml").write_text("name: x\nslots: 2\n")
+    code, _, err = run_cli(["search", "run", "--supernet", str(broken), "--out", str(tmp_path / "o"), *SMALL], capsys)
+    assert code == 2 and "not a finished supernet run" in one_error_line(err)
+
+
+def test_committed_search_space_json_is_generated_from_the_model_space(capsys):
+    import yaml
+
+    code, out, _ = run_cli(["search", "space-json", "--space", "lvbert"], capsys)
+    assert code == 0
+    generated = json.loads(out)
+    assert generated == json.loads((REPO / "experiments" / "search_space.json").read_text())
+    assert len(generated) == 24 and all(v == {"_type": "choice", "_value": TYPES} for v in generated.values())
+    config = yaml.safe_load((REPO / "experiments" / "search.yml").read_text())
+    assert config["searchSpaceFile"] == "search_space.json"
+    assert config["tuner"]["className"] == "nni_lvbert.search.tuner.LVBertEvolutionTuner"
+    args = config["tuner"]["classArgs"]
+    budget = EvolutionConfig(**{k: args[k] for k in ("population", "iterations", "topk", "crossover", "mutation",
+                                                      "mutation_prob")}).budget
+    assert config["maxTrialNumber"] == budget == 1000
+    from nni_lvbert.search.nnictl import BIND_JS
+
+    assert (REPO / "experiments" / "bind_localhost.js").read_text().endswith(BIND_JS)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_nnictl_port_in_use_is_one_line(tiny, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code, _, err = run_cli(["search", "nnictl", "--supernet", str(tiny["run"]), "--port", str(port)], capsys)
+    assert code == 2 and f"port {port} is already in use" in one_error_line(err)
+    code, _, err = run_cli(["search", "nnictl", "--supernet", str(tiny["root"] / "nope"), "--port",
+                            str(free_port())], capsys)
+    assert code == 2 and "supernet directory not found" in one_error_line(err)
+
+
+def _non_loopback_address() -> str | None:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.254", 9))  # no packet is sent; picks the outgoing interface
+            ip = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if ip.startswith("127.") else ip
+
+
+def test_nnictl_end_to_end(tiny, scorer, tmp_path, capsys):
+    """experiments/search.yml under nnictl: 4 trials (2 concurrent, a generation barrier), metrics, export, stop."""
+    import urllib.request
+
+    from nni_lvbert.search.nnictl import wait_for_trials
+
+    port = free_port()
+    code, out, err = run_cli(["search", "nnictl", "--supernet", str(tiny["run"]), "--port", str(port),
+                              "--workdir", str(tmp_path / "exp"), "--max-trials", "4", "--concurrency", "2",
+                              "--population", "2", "--iterations", "2", "--topk", "2", "--crossover", "1",
+                              "--mutation", "1", "--val-tokens", "2048", "--trial-threads", "1"], capsys)
+    assert code == 0, err
+    exp_id = json.loads(out)["experiment"]
+    try:
+        outside = _non_loopback_address()
+        if outside:  # the web UI / REST API listens on 127.0.0.1 only
+            with socket.socket() as s, pytest.raises(OSError):
+                s.settimeout(2)
+                s.connect((outside, port))
+        jobs = wait_for_trials(port, 4, timeout=150)
+        assert all(j["status"] == "SUCCEEDED" for j in jobs), jobs
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/metric-data", timeout=5) as r:
+            metrics = [m for m in json.loads(r.read()) if m["type"] == "FINAL"]
+        assert len(metrics) == 4
+        archs = {}
+        for job in jobs:  # the web UI's data: every trial's architecture and score
+            params = json.loads(job["hyperParameters"][0])["parameters"]
+            assert set(params) == {f"layer{i:02d}" for i in range(SLOTS)}
+            archs[job["trialJobId"]] = params
+        for m in metrics:
+            value = json.loads(json.loads(m["data"])) if isinstance(json.loads(m["data"]), str) else json.loads(m["data"])
+            # the trial's score is the in-process scorer's score of the same architecture
+            assert value["default"] == pytest.approx(scorer.score(list(archs[m["trialJobId"]].values())), abs=1e-6)
+        code, out, err = run_cli(["search", "export", "--experiment", exp_id, "--supernet", str(tiny["run"]),
+                                  "--out", str(tmp_path / "best_arch.json")], capsys)
+        assert code == 0, err
+        best = json.loads((tmp_path / "best_arch.json").read_text())
+        assert best["score"] == pytest.approx(max(scorer.score(list(a.values())) for a in archs.values()))
+        assert best["experiment"]["id"] == exp_id and len(best["arch"]) == SLOTS
+    finally:
+        nnictl = Path(sys.executable).with_name("nnictl")
+        subprocess.run([str(nnictl), "stop", exp_id], capture_output=True, timeout=60)
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/check-status", timeout=2)
