@@ -81,7 +81,7 @@ def atomic_checkpoint_callback(run_dir: Path, every: int):
         def _save(self, trainer):
             final = run_dir / "checkpoints" / "last.ckpt"
             tmp = final.with_suffix(".ckpt.tmp")
-            trainer.save_checkpoint(tmp)  # collective: every rank calls, rank 0 writes
+            trainer.save_checkpoint(tmp, weights_only=False)  # collective: every rank calls, rank 0 writes
             if trainer.is_global_zero:
                 os.replace(tmp, final)
 
