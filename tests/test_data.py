@@ -2,7 +2,6 @@
 import itertools
 import json
 import lzma
-import os
 import time
 
 import pytest
@@ -189,10 +188,8 @@ def test_embedded_corpus_has_two_million_words_and_prepares(tmp_path):
     assert p.path.name.startswith("embedded-")
 
 
-@pytest.mark.skipif(not os.environ.get("LVBERT_FULL_DATA_TEST"), reason="~20 s; set LVBERT_FULL_DATA_TEST=1")
 def test_full_embedded_corpus_at_tiny(tmp_path):
-    # End-to-end run of the whole shipped corpus, `lvbert data prepare --size tiny`: opt-in because it alone takes
-    # ~20 s on 2 idle cores (benchmarks/bench_data.py runs it too).
+    # End-to-end run of the whole shipped corpus, `lvbert data prepare --size tiny` (~20-30 s on 2 cores).
     p = prepare(None, "tiny", cache_dir=tmp_path)
     s = p.stats
     assert p.vocab_size == 8192 and s["train"]["documents"] + s["val"]["documents"] == 10282
