@@ -4,9 +4,51 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from .errors import UserError
+
+
+@dataclass
+class TrainOptions:
+    """Options common to the one-shot trainings; None means "the size's preset" (see `resolved`)."""
+
+    PRESETS: ClassVar[dict[str, dict]] = {}  # "tiny" and "paper": defaults of the None-able fields below
+
+    run_dir: str = "runs/run"
+    size: str | None = None
+    corpus: list[str] | None = None  # None = embedded corpus
+    tokenizer: str | None = None
+    cache_dir: str | None = None
+    max_docs: int | None = None
+    val_fraction: float = 0.02
+    seed: int = 0
+    lr: float | None = None
+    warmup_steps: int | None = None
+    max_steps: int | None = None
+    batch_size: int | None = None
+    dropout: float | None = None
+    weight_decay: float = 0.0
+    val_every: int | None = None
+    val_batches: int | None = None
+    ckpt_every: int | None = None
+    accelerator: str = "auto"
+    devices: str = "1"
+    strategy: str | None = None
+    precision: str | None = None
+    num_workers: int = 0
+    resume: bool = False
+    overwrite: bool = False
+    progress: bool = True
+
+    def preset(self) -> dict:
+        return self.PRESETS["tiny" if self.size == "tiny" else "paper"]
+
+    def resolved(self, key: str):
+        value = getattr(self, key)
+        return self.preset()[key] if value is None else value
 
 
 def launcher_is_rank_zero() -> bool:

@@ -1,3 +1,4 @@
+import socket
 import warnings
 
 import pytest
@@ -24,3 +25,18 @@ def cfg():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for tiny models: on 2 shared cores, spinning thread pools make them several times slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

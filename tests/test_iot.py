@@ -21,13 +21,7 @@ SPEC = SpaceSpec(name="iot4", slots=SLOTS, candidates=["dc", "sa", "ff", "glu"],
 ORDERS = [["sa", "ff", "dc", "glu"], ["dc", "sa", "ff", "ff"], ["ff", "glu", "sa", "sa"]]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread is faster, and much faster on a shared, busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def supernet_space(vocab=100, seed=0):

@@ -19,6 +19,7 @@ import torch
 from nni_lvbert.cli import main
 from nni_lvbert.errors import UserError
 from nni_lvbert.search.algorithm import Algorithm1, ConstraintError, EvolutionConfig
+from tests.conftest import free_port
 from tests.search_fixtures import SLOTS, build_tiny_supernet, prepare_tiny_data, tiny_spec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,13 +28,7 @@ SMALL = ["--population", "6", "--iterations", "3", "--topk", "3", "--crossover",
          "--val-tokens", "1024", "--no-progress"]  # budget 6 + 2 * 6 = 18
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One torch thread: on 2 shared cores, spinning thread pools make small models several times slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def choices(slots=SLOTS, values=TYPES):
@@ -425,15 +420,9 @@ def test_committed_search_space_json_is_generated_from_the_model_space(capsys):
     budget = EvolutionConfig(**{k: args[k] for k in ("population", "iterations", "topk", "crossover", "mutation",
                                                       "mutation_prob")}).budget
     assert config["maxTrialNumber"] == budget == 1000
-    from nni_lvbert.search.nnictl import BIND_JS
+    from nni_lvbert.search.nnictl import BIND_JS_FILE
 
-    assert (REPO / "experiments" / "bind_localhost.js").read_text().endswith(BIND_JS)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    assert BIND_JS_FILE == REPO / "experiments" / "bind_localhost.js" and BIND_JS_FILE.is_file()
 
 
 def test_nnictl_port_in_use_is_one_line(tiny, capsys):

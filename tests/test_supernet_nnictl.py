@@ -4,7 +4,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -12,15 +11,10 @@ from pathlib import Path
 
 import yaml
 
-from nni_lvbert.search.nnictl import BIND_JS, _nnictl, wait_for_trials
+from nni_lvbert.search.nnictl import BIND_JS_FILE, _nnictl, wait_for_trials
+from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_supernet_yml_reports_intermediate_and_final_results(tmp_path):
@@ -34,9 +28,8 @@ def test_supernet_yml_reports_intermediate_and_final_results(tmp_path):
                   searchSpaceFile=str(REPO / "experiments" / shipped["searchSpaceFile"]),
                   trialCodeDirectory=str(REPO / "experiments"), experimentWorkingDirectory=str(tmp_path / "nni"))
     (tmp_path / "supernet.yml").write_text(yaml.safe_dump(config))
-    (tmp_path / "bind.js").write_text(BIND_JS)
     # as documented: run from the activated venv, so the trial's `python` is the venv's
-    env = dict(os.environ, NODE_OPTIONS=f"--require {tmp_path / 'bind.js'}", NNI_BIND_HOST="127.0.0.1",
+    env = dict(os.environ, NODE_OPTIONS=f"--require {BIND_JS_FILE}", NNI_BIND_HOST="127.0.0.1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     port = free_port()
     out = subprocess.run([_nnictl(), "create", "--config", str(tmp_path / "supernet.yml"), "--port", str(port)],

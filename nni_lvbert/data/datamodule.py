@@ -9,7 +9,7 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
 from .masking import PadCollator, mlm_collator
-from .resumable import KeyedRows, SeededMasking, StepBatchSampler
+from .resumable import KeyedRows, SeededMasking, StepBatchSampler, StepDataLoader
 from .pipeline import PreparedData
 
 
@@ -41,7 +41,7 @@ class MLMDataModule(pl.LightningDataModule):
         done = trainer.global_step * trainer.accumulate_grad_batches if trainer else 0
         sampler = StepBatchSampler(len(self.train), self.batch_size * world, self.seed, start_batch=done,
                                    rank=rank, world=world)
-        return DataLoader(
+        return StepDataLoader(
             KeyedRows(self.train), batch_sampler=sampler,
             collate_fn=SeededMasking(mlm_collator(self.tokenizer, self.mlm_probability), self.seed),
             num_workers=self.num_workers, persistent_workers=self.num_workers > 0,

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 
 class StepBatchSampler(Sampler):
@@ -63,3 +63,14 @@ class SeededMasking:
         self.collator.generator = torch.Generator().manual_seed(int(np.random.SeedSequence([self.seed, key]).generate_state(1)[0]))
         self.collator._generator_pid = os.getpid()  # stop transformers from re-seeding it per worker
         return self.collator(rows)
+
+
+class StepDataLoader(DataLoader):
+    """A DataLoader Lightning treats as resumable. Its position needs no saved state: the sampler starts from the
+    trainer's restored global step (MLMDataModule.train_dataloader)."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass

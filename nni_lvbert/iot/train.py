@@ -11,37 +11,33 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from ..errors import UserError
-from ..training import (TrialReporter, build_trainer, check_positive, in_nni_trial, launcher_is_rank_zero,
-                        parse_devices, run_nas_experiment)
+from ..training import (TrainOptions, TrialReporter, build_trainer, check_positive, in_nni_trial,
+                        launcher_is_rank_zero, parse_devices, run_nas_experiment)
 from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 
-# `tiny`: minutes on 2 CPU cores; `paper`: continued pre-training of a small-size supernet (our choice: the
-# official IOT code trains NMT models, its schedule does not carry over to BERT pre-training).
-PRESETS = {
-    "paper": dict(lr=1e-4, warmup_steps=1_000, max_steps=100_000, batch_size=128, dropout=0.1,
-                  val_every=5_000, val_batches=100, ckpt_every=1_000),
-    "tiny": dict(lr=1e-3, warmup_steps=20, max_steps=300, batch_size=32, dropout=0.0,
-                 val_every=100, val_batches=10, ckpt_every=50),
-}
 # options an nnictl tuner may set (search-space keys)
 HPO_KEYS = {"tau": float, "tau_min": float, "tau_decay": float, "tau_every": int, "c1": float, "c2": float,
             "clamp": float, "gumbel": bool, "lr": float, "warmup_steps": int, "max_steps": int, "seed": int}
 
 
 @dataclass
-class IOTOptions:
+class IOTOptions(TrainOptions):
+    # `tiny`: minutes on 2 CPU cores; `paper`: continued pre-training of a small-size supernet (our choice: the
+    # official IOT code trains NMT models, its schedule does not carry over to BERT pre-training).
+    PRESETS: ClassVar[dict[str, dict]] = {
+        "paper": dict(lr=1e-4, warmup_steps=1_000, max_steps=100_000, batch_size=128, dropout=0.1,
+                      val_every=5_000, val_batches=100, ckpt_every=1_000),
+        "tiny": dict(lr=1e-3, warmup_steps=20, max_steps=300, batch_size=32, dropout=0.0,
+                     val_every=100, val_batches=10, ckpt_every=50),
+    }
+
     run_dir: str = "runs/iot"
     supernet: str | None = None  # start from this trained supernet run directory
-    space: str | None = None  # or from scratch on this space
-    size: str | None = None  # from scratch only (default: the space's size)
+    space: str | None = None  # or from scratch on this space (size: the space's; dropout: from scratch only)
     data: str | None = None  # a prepared data directory (default: the supernet's, or prepared from --corpus)
-    corpus: list[str] | None = None
-    tokenizer: str | None = None
-    cache_dir: str | None = None
-    max_docs: int | None = None
-    val_fraction: float = 0.02
     orders: list[str] | None = None
     orders_from: str | None = None
     block: str | None = None
@@ -54,32 +50,7 @@ class IOTOptions:
     c2: float = C2
     clamp: float = CLAMP
     gumbel: bool = True
-    seed: int = 0
-    lr: float | None = None
-    warmup_steps: int | None = None
-    max_steps: int | None = None
-    batch_size: int | None = None
-    dropout: float | None = None  # from scratch only
-    weight_decay: float = 0.0
-    val_every: int | None = None
-    val_batches: int | None = None
-    ckpt_every: int | None = None
-    accelerator: str = "auto"
-    devices: str = "1"
-    strategy: str | None = None
-    precision: str | None = None
-    num_workers: int = 0
-    resume: bool = False
-    overwrite: bool = False
-    progress: bool = True
     hpo: dict = field(default_factory=dict)  # parameters received from an nnictl tuner
-
-    def preset(self) -> dict:
-        return PRESETS["tiny" if self.size == "tiny" else "paper"]
-
-    def resolved(self, key: str):
-        value = getattr(self, key)
-        return self.preset()[key] if value is None else value
 
 
 def apply_tuner_parameters(opts: IOTOptions) -> None:

@@ -29,20 +29,8 @@ REPO = Path(__file__).resolve().parent.parent.parent
 DEFAULT_CONFIG = REPO / "experiments" / "search.yml"
 
 # Loaded by NNI's Node process (NODE_OPTIONS=--require): every server that listens on a bare port listens on
-# $NNI_BIND_HOST (default 127.0.0.1) instead of all interfaces.
-BIND_JS = """\
-const net = require('net');
-const host = process.env.NNI_BIND_HOST || '127.0.0.1';
-const listen = net.Server.prototype.listen;
-net.Server.prototype.listen = function (...args) {
-  if (typeof args[0] === 'number' && (args.length === 1 || typeof args[1] === 'function')) {
-    args.splice(1, 0, host);
-  } else if (args[0] && typeof args[0] === 'object' && args[0].port !== undefined && !args[0].host) {
-    args[0] = { ...args[0], host };
-  }
-  return listen.apply(this, args);
-};
-"""
+# $NNI_BIND_HOST (default 127.0.0.1) instead of all interfaces. The file ships in experiments/.
+BIND_JS_FILE = REPO / "experiments" / "bind_localhost.js"
 
 
 def space_json(space="lvbert") -> dict:
@@ -156,7 +144,7 @@ def create(args) -> int:
     derived = run_dir / f"search-{args.port}.yml"
     derived.write_text(yaml.safe_dump(data, sort_keys=False))
     preload = run_dir / "bind_localhost.js"
-    preload.write_text(BIND_JS)
+    preload.write_text(BIND_JS_FILE.read_text())
     env = dict(os.environ)
     env["NODE_OPTIONS"] = (env.get("NODE_OPTIONS", "") + f" --require {preload}").strip()
     env["NNI_BIND_HOST"] = args.host

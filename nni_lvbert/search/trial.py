@@ -17,25 +17,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
-
-
-def read_run_dir(run_dir):
-    """(spec, cfg, meta) of a supernet run directory, without loading weights or importing NNI."""
-    import yaml
-
-    from ..config import ModelConfig, SpaceSpec
-    from ..supernet.rundir import REQUIRED
-
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise UserError(f"supernet directory not found: {run}")
-    missing = [f for f in REQUIRED if not (run / f).is_file()]
-    if missing:
-        raise UserError(f"{run} is not a finished supernet run (missing {', '.join(missing)})")
-    spec = SpaceSpec(**yaml.safe_load((run / "space.yaml").read_text()))
-    cfg = ModelConfig.from_dict(json.loads((run / "model_config.json").read_text()))
-    meta = json.loads((run / "meta.json").read_text())
-    return spec, cfg, meta
+from ..supernet.rundir import read_run_dir  # noqa: F401  (re-exported: the trial needs no NNI import)
 
 
 def load_candidate(run_dir, types: list[str], spec, cfg):

@@ -74,13 +74,8 @@ def save_weights(run_dir: Path, model) -> None:
     os.replace(tmp, run_dir / WEIGHTS)
 
 
-def load_supernet(run_dir: str | Path):
-    """(mutated space with trained weights in eval mode, spec, cfg, meta). Uses safetensors only."""
-    from safetensors.torch import load_model
-
-    from ..space import LVBertSpace
-    from .strategy import SeededRandomOneShot
-
+def read_run_dir(run_dir: str | Path) -> tuple[SpaceSpec, ModelConfig, dict]:
+    """(spec, cfg, meta) of a finished supernet run, without loading weights or importing NNI."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"supernet directory not found: {run_dir}")
@@ -89,7 +84,18 @@ def load_supernet(run_dir: str | Path):
         raise UserError(f"{run_dir} is not a finished supernet run (missing {', '.join(missing)})")
     spec = SpaceSpec(**yaml.safe_load((run_dir / "space.yaml").read_text()))
     cfg = ModelConfig.from_dict(json.loads((run_dir / "model_config.json").read_text()))
-    meta = json.loads((run_dir / "meta.json").read_text())
+    return spec, cfg, json.loads((run_dir / "meta.json").read_text())
+
+
+def load_supernet(run_dir: str | Path):
+    """(mutated space with trained weights in eval mode, spec, cfg, meta). Uses safetensors only."""
+    from safetensors.torch import load_model
+
+    from ..space import LVBertSpace
+    from .strategy import SeededRandomOneShot
+
+    run_dir = Path(run_dir)
+    spec, cfg, meta = read_run_dir(run_dir)
     space = LVBertSpace(spec, cfg)
     SeededRandomOneShot().mutate_model(space)
     missing_keys, unexpected = load_model(space, str(run_dir / WEIGHTS), strict=False)

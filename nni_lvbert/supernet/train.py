@@ -7,60 +7,28 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from ..errors import UserError
-from ..training import (TrialReporter, build_trainer, check_positive, in_nni_trial, launcher_is_rank_zero,
-                        parse_devices, run_nas_experiment, state_digest)
-
-# Training defaults: LV-BERT Table 5 for the paper sizes; `tiny` is sized for ~10 minutes on 2 CPU cores.
-PRESETS = {
-    "paper": dict(lr=2e-4, warmup_steps=10_000, max_steps=2_000_000, batch_size=128, dropout=0.1,
-                  val_every=10_000, val_batches=100, ckpt_every=5_000),
-    "tiny": dict(lr=2e-3, warmup_steps=100, max_steps=1_500, batch_size=32, dropout=0.0,
-                 val_every=250, val_batches=20, ckpt_every=100),
-}
-
+from ..training import (TrainOptions, TrialReporter, build_trainer, check_positive, in_nni_trial,
+                        launcher_is_rank_zero, parse_devices, run_nas_experiment, state_digest)
 
 @dataclass
-class SupernetOptions:
+class SupernetOptions(TrainOptions):
+    # LV-BERT Table 5 for the paper sizes; `tiny` is sized for ~10 minutes on 2 CPU cores.
+    PRESETS: ClassVar[dict[str, dict]] = {
+        "paper": dict(lr=2e-4, warmup_steps=10_000, max_steps=2_000_000, batch_size=128, dropout=0.1,
+                      val_every=10_000, val_batches=100, ckpt_every=5_000),
+        "tiny": dict(lr=2e-3, warmup_steps=100, max_steps=1_500, batch_size=32, dropout=0.0,
+                     val_every=250, val_batches=20, ckpt_every=100),
+    }
+
     run_dir: str = "runs/supernet"
     space: str = "lvbert"
-    size: str | None = None  # default: the space file's size
-    corpus: list[str] | None = None  # None = embedded corpus
-    tokenizer: str | None = None
-    cache_dir: str | None = None
-    max_docs: int | None = None
-    val_fraction: float = 0.02
-    seed: int = 0
-    lr: float | None = None
-    warmup_steps: int | None = None
-    max_steps: int | None = None
-    batch_size: int | None = None
-    dropout: float | None = None
     sharing: str | None = None
-    weight_decay: float = 0.0
-    val_every: int | None = None
-    val_batches: int | None = None
-    ckpt_every: int | None = None
-    accelerator: str = "auto"
-    devices: str = "1"
-    strategy: str | None = None
-    precision: str | None = None
-    num_workers: int = 0
-    resume: bool = False
-    overwrite: bool = False
     record_paths: bool = False  # write ranks/rank<r>.json with every sampled path and a weight digest
-    progress: bool = True
-    extra: dict = field(default_factory=dict)
-
-    def preset(self) -> dict:
-        return PRESETS["tiny" if self.size == "tiny" else "paper"]
-
-    def resolved(self, key: str):
-        value = getattr(self, key)
-        return self.preset()[key] if value is None else value
 
 
 TUNABLE = ("lr", "warmup_steps", "max_steps", "batch_size", "dropout", "weight_decay", "seed")
@@ -169,7 +137,7 @@ def train_supernet(opts: SupernetOptions) -> dict:
         "final_val_mlm_acc": history[-1]["val_mlm_acc"] if history else previous.get("final_val_mlm_acc"),
         "data": {"path": str(data.path), "settings": data.settings, "stats": data.stats},
         "tokenizer": "tokenizer",
-        "options": {k: v for k, v in asdict(opts).items() if k not in ("extra",)},
+        "options": asdict(opts),
         "world_size": trainer.world_size,
         "precision": precision,
     }
