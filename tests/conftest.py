@@ -40,3 +40,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wiki_texts(n):
+    """The first n Wikipedia documents of the embedded corpus (small real-text corpora for tests)."""
+    import json
+    import lzma
+
+    from nni_lvbert.data.corpus import EMBEDDED_DIR
+
+    out = []
+    with lzma.open(EMBEDDED_DIR / "wikipedia_vital_en.jsonl.xz", "rt", encoding="utf-8") as f:
+        for line in f:
+            out.append(json.loads(line)["text"])
+            if len(out) == n:
+                return out
+    return out

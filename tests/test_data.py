@@ -1,7 +1,6 @@
 """Data pipeline: split, packing, caching, tokenizer, MLM batches. Small corpora cut from the embedded one."""
 import itertools
 import json
-import lzma
 import time
 
 import pytest
@@ -11,18 +10,10 @@ from nni_lvbert.data import PreparedData, prepare
 from nni_lvbert.data.corpus import EMBEDDED_DIR, resolve_corpus
 from nni_lvbert.data.packing import pack_sentences, split_sentences
 from nni_lvbert.data.split import split_documents
+from tests.conftest import wiki_texts
 
 CLS, SEP, PAD, MASK = 2, 3, 0, 4  # ids of a tokenizer trained here
 
-
-def wiki_texts(n):
-    out = []
-    with lzma.open(EMBEDDED_DIR / "wikipedia_vital_en.jsonl.xz", "rt", encoding="utf-8") as f:
-        for line in f:
-            out.append(json.loads(line)["text"])
-            if len(out) == n:
-                return out
-    return out
 
 
 def write_corpus(path, texts):

@@ -1,7 +1,6 @@
 """IOT: hand-computed losses, predictor gradients, grouped routing = per-instance runs, collapse vs defaults,
 the NNI one-shot training pipeline (run directory, eval, resume, from scratch) and CLI refusals."""
 import json
-import lzma
 import math
 
 import numpy as np
@@ -14,7 +13,7 @@ from nni_lvbert.config import SpaceSpec
 from nni_lvbert.errors import UserError
 from nni_lvbert.iot.orders import block_orders, explicit_orders, history_orders, parse_block, resolve_orders
 from nni_lvbert.iot.routing import IOTModel, OrderPredictor, iot_loss, tau_at, usage_entropy
-from tests.conftest import tiny_config
+from tests.conftest import tiny_config, wiki_texts
 
 SLOTS = 4
 SPEC = SpaceSpec(name="iot4", slots=SLOTS, candidates=["dc", "sa", "ff", "glu"], size="tiny")
@@ -210,17 +209,6 @@ def test_default_orders_source_is_runs_search(tmp_path, monkeypatch):
 
 # -------------------------------------------------------------------------------------- training pipeline
 
-
-def wiki_texts(n):
-    from nni_lvbert.data.corpus import EMBEDDED_DIR
-
-    out = []
-    with lzma.open(EMBEDDED_DIR / "wikipedia_vital_en.jsonl.xz", "rt", encoding="utf-8") as f:
-        for line in f:
-            out.append(json.loads(line)["text"])
-            if len(out) == n:
-                return out
-    return out
 
 
 @pytest.fixture(scope="module")
