@@ -5,6 +5,7 @@ import json
 
 
 def register(sub) -> None:
+    from ..supernet.cli import add_training_args
     from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 
     p = sub.add_parser("iot", help="instance-wise layer order: route each sequence to one of M candidate orders")
@@ -44,27 +45,8 @@ def register(sub) -> None:
     i.add_argument("--clamp", type=float, default=CLAMP, help=f"probability clamp before Gumbel (default {CLAMP})")
     i.add_argument("--no-gumbel", dest="gumbel", action="store_false", help="no Gumbel noise (deterministic weights)")
     t.add_argument("--seed", type=int, default=0)
-    g = t.add_argument_group("optimisation (defaults: tiny preset for tiny models, else continued pre-training)")
-    g.add_argument("--lr", type=float, default=None)
-    g.add_argument("--warmup-steps", type=int, default=None)
-    g.add_argument("--max-steps", type=int, default=None)
-    g.add_argument("--batch-size", type=int, default=None, help="global batch size (split over devices)")
-    g.add_argument("--dropout", type=float, default=None, help="from scratch only")
-    g.add_argument("--weight-decay", type=float, default=0.0)
-    g.add_argument("--val-every", type=int, default=None, help="validate every N steps")
-    g.add_argument("--val-batches", type=int, default=None, help="validation batches per check (and final eval)")
-    g.add_argument("--ckpt-every", type=int, default=None, help="write checkpoints/last.ckpt every N steps")
-    h = t.add_argument_group("hardware (Lightning)")
-    h.add_argument("--accelerator", default="auto", help="cpu | gpu | auto")
-    h.add_argument("--devices", default="1", help="number of devices (DDP when > 1)")
-    h.add_argument("--strategy", default=None,
-                   help="Lightning strategy (default ddp_find_unused_parameters_true when devices > 1)")
-    h.add_argument("--precision", default=None, help="32-true | bf16-mixed (default bf16-mixed on GPU)")
-    h.add_argument("--num-workers", type=int, default=0)
-    r = t.add_mutually_exclusive_group()
-    r.add_argument("--resume", action="store_true", help="continue from checkpoints/last.ckpt")
-    r.add_argument("--overwrite", action="store_true", help="replace a non-empty run directory")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_training_args(t, "optimisation (defaults: tiny preset for tiny models, else continued pre-training)",
+                      dropout_help="from scratch only")
     t.set_defaults(func=run_train)
 
     e = isub.add_parser("eval", help="order usage and validation MLM accuracy per order vs routed (JSON)")
