@@ -51,15 +51,11 @@ def load_iot(run_dir: str | Path):
     """IOTModel (eval mode) from a finished `lvbert iot train` directory; safetensors only, nothing unpickled."""
     from safetensors.torch import load_model
 
-    from ..supernet.rundir import load_supernet
+    from ..supernet.rundir import load_supernet, require_files
     from .routing import IOTModel, OrderPredictor
 
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise UserError(f"IOT run directory not found: {run_dir}")
-    missing = [f for f in REQUIRED if not (run_dir / f).is_file()]
-    if missing:
-        raise UserError(f"{run_dir} is not a finished IOT run (missing {', '.join(missing)})")
+    require_files(run_dir, REQUIRED, "IOT")
     space, spec, cfg, meta = load_supernet(run_dir)
     orders = read_orders(run_dir, spec)
     predictor = OrderPredictor(cfg.embedding_size, len(orders))

@@ -11,7 +11,6 @@ optimizer: its parameters are added as an extra group (no weight decay) under th
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -19,6 +18,7 @@ import torch
 from nni.nas.oneshot.pytorch.base_lightning import BaseOneShotLightningModule
 from nni.nas.strategy import RandomOneShot
 
+from ..supernet.lightning_module import log_throughput
 from .routing import (C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN, OrderPredictor, activate, gumbel_noise,
                       iot_loss, path_layers, per_instance_mlm, route_logits, tau_at, usage_entropy)
 
@@ -127,11 +127,7 @@ class IOTLightningModule(BaseOneShotLightningModule):
         self.log("train_routed_acc", correct / count.sum().clamp(min=1), prog_bar=True)
         self.log("train_usage_entropy", usage_entropy(usage.cpu()))
         self.log("tau", tau)
-        now = time.perf_counter()
-        if self._tick is not None:
-            tokens = batch["attention_mask"].sum().item() * self.trainer.world_size
-            self.log("tok/s", tokens / max(now - self._tick, 1e-9), prog_bar=True)
-        self._tick = now
+        log_throughput(self, batch)
         return out.total
 
     def configure_optimizers(self) -> Any:

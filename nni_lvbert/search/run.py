@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..arch import to_compact, to_dict
 from ..errors import UserError
+from ..supernet.rundir import check_output_dir
 from .algorithm import EvolutionConfig
 
 HISTORY = "history.jsonl"
@@ -92,19 +93,6 @@ class History:
             self._f = None
 
 
-def _check_out_dir(out: Path, resume: bool, overwrite: bool) -> None:
-    if resume and overwrite:
-        raise UserError("--resume and --overwrite exclude each other")
-    if out.exists() and not out.is_dir():
-        raise UserError(f"output directory {out} is a file")
-    non_empty = out.is_dir() and any(out.iterdir())
-    if resume:
-        if not (out / SETTINGS).is_file():
-            raise UserError(f"nothing to resume in {out}: no {SETTINGS}")
-    elif non_empty and not overwrite:
-        raise UserError(f"output directory {out} is not empty; pass --resume to continue it or --overwrite to replace it")
-
-
 def _check_space(spec, expected: str | None, run_dir) -> None:
     if expected is None:
         return
@@ -145,7 +133,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
         if v is not None and v < 1:
             raise UserError(f"--{name.replace('_', '-')} must be positive, got {v}")
     out = Path(opts.out)
-    _check_out_dir(out, opts.resume, opts.overwrite)
+    check_output_dir(out, opts.resume, opts.overwrite, SETTINGS, what="output directory")
     supernet = Path(opts.supernet)
     if not supernet.is_dir():
         raise UserError(f"supernet directory not found: {supernet}")

@@ -8,6 +8,16 @@ import torch
 from nni.nas.evaluator.pytorch import LightningModule
 
 
+def log_throughput(module, batch) -> None:
+    """Log training tokens/s (all ranks) to the progress bar, timed between consecutive training steps.
+    `module._tick` holds the last step's time; reset it to None after validation, which is not training time."""
+    now = time.perf_counter()
+    if module._tick is not None:
+        tokens = batch["attention_mask"].sum().item() * module.trainer.world_size
+        module.log("tok/s", tokens / max(now - module._tick, 1e-9), prog_bar=True)
+    module._tick = now
+
+
 def linear_warmup_decay(warmup: int, total: int):
     """lr multiplier: linear 0->1 over `warmup` steps, then linear 1->0 at `total` (BERT/ELECTRA schedule)."""
 
@@ -38,11 +48,7 @@ class MLMModule(LightningModule):
         acc = out.correct.float() / out.count.clamp(min=1)
         self.log("train_loss", out.loss, prog_bar=True)
         self.log("train_mlm_acc", acc, prog_bar=True)
-        now = time.perf_counter()
-        if self._tick is not None:
-            tokens = batch["attention_mask"].sum().item() * self.trainer.world_size
-            self.log("tok/s", tokens / max(now - self._tick, 1e-9), prog_bar=True)
-        self._tick = now
+        log_throughput(self, batch)
         return out.loss
 
     def on_validation_epoch_start(self):

@@ -37,21 +37,37 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Refuse to write into a non-empty directory unless resuming or explicitly overwriting."""
+def check_output_dir(out: Path, resume: bool, overwrite: bool, resume_marker: str, what: str = "run directory") -> bool:
+    """Refuse a non-empty directory unless resuming (needs `resume_marker` inside) or overwriting.
+    Returns True when the directory holds something `--overwrite` is to replace."""
     if resume and overwrite:
         raise UserError("--resume and --overwrite exclude each other")
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UserError(f"run directory {run_dir} is a file")
-    non_empty = run_dir.is_dir() and any(run_dir.iterdir())
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{what} {out} is a file")
+    non_empty = out.is_dir() and any(out.iterdir())
     if resume:
-        if not (run_dir / "checkpoints" / "last.ckpt").is_file():
-            raise UserError(f"nothing to resume in {run_dir}: no checkpoints/last.ckpt")
-    elif non_empty:
-        if not overwrite:
-            raise UserError(f"run directory {run_dir} is not empty; pass --resume to continue it or --overwrite to replace it")
+        if not (out / resume_marker).is_file():
+            raise UserError(f"nothing to resume in {out}: no {resume_marker}")
+        return False
+    if non_empty and not overwrite:
+        raise UserError(f"{what} {out} is not empty; pass --resume to continue it or --overwrite to replace it")
+    return non_empty
+
+
+def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Check the run directory (see check_output_dir), empty it on --overwrite, create it."""
+    if check_output_dir(run_dir, resume, overwrite, "checkpoints/last.ckpt"):
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def require_files(run_dir: Path, required, what: str) -> None:
+    """One clear line when `run_dir` is missing or lacks a file a finished run has."""
+    if not run_dir.is_dir():
+        raise UserError(f"{what} directory not found: {run_dir}")
+    missing = [f for f in required if not (run_dir / f).is_file()]
+    if missing:
+        raise UserError(f"{run_dir} is not a finished {what} run (missing {', '.join(missing)})")
 
 
 def save_static(run_dir: Path, spec: SpaceSpec, cfg: ModelConfig, tokenizer_dir: str | Path) -> None:
@@ -77,11 +93,7 @@ def save_weights(run_dir: Path, model) -> None:
 def read_run_dir(run_dir: str | Path) -> tuple[SpaceSpec, ModelConfig, dict]:
     """(spec, cfg, meta) of a finished supernet run, without loading weights or importing NNI."""
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise UserError(f"supernet directory not found: {run_dir}")
-    missing = [f for f in REQUIRED if not (run_dir / f).is_file()]
-    if missing:
-        raise UserError(f"{run_dir} is not a finished supernet run (missing {', '.join(missing)})")
+    require_files(run_dir, REQUIRED, "supernet")
     spec = SpaceSpec(**yaml.safe_load((run_dir / "space.yaml").read_text()))
     cfg = ModelConfig.from_dict(json.loads((run_dir / "model_config.json").read_text()))
     return spec, cfg, json.loads((run_dir / "meta.json").read_text())
