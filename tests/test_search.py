@@ -405,6 +405,26 @@ def test_bad_arch_and_space_input(tiny, tmp_path, capsys):
     assert code == 2 and "not a finished supernet run" in one_error_line(err)
 
 
+def test_data_tokenized_with_other_token_ids_is_refused(tiny, tmp_path, capsys):
+    """Same vocabulary size and tokens, other ids: scoring would silently compare against the wrong labels."""
+    import shutil
+
+    other = tmp_path / "data"
+    shutil.copytree(tiny["data"].path, other)
+    tok_file = other / "tokenizer" / "tokenizer.json"
+    tok = json.loads(tok_file.read_text())
+    vocab = tok["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[-2:]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    tok_file.write_text(json.dumps(tok))
+    code, _, err = run_cli(["search", "score", "--supernet", str(tiny["run"]), "--arch", "csfgcs",
+                            "--data", str(other), "--val-tokens", "256"], capsys)
+    assert code == 2 and "was tokenized with another tokenizer" in one_error_line(err)
+    code, _, err = run_cli(["search", "score", "--supernet", str(tiny["run"]), "--arch", "csfgcs",
+                            "--data", str(tiny["data"].path), "--val-tokens", "256"], capsys)
+    assert code == 0, err
+
+
 def test_committed_search_space_json_is_generated_from_the_model_space(capsys):
     import yaml
 
@@ -491,3 +511,32 @@ def test_nnictl_end_to_end(tiny, scorer, tmp_path, capsys):
         subprocess.run([str(nnictl), "stop", exp_id], capture_output=True, timeout=60)
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/check-status", timeout=2)
+
+
+def test_nnictl_resume_scores_nothing_twice(tiny, tmp_path, capsys):
+    """Stop an experiment with trials running, `lvbert search nnictl --resume ID`: the search ends with every
+    candidate of the budget scored exactly once (NNI re-runs the interrupted trials; the tuner awaits them)."""
+    from nni_lvbert.search.nnictl import wait_for_trials
+
+    port = free_port()
+    code, out, err = run_cli(["search", "nnictl", "--supernet", str(tiny["run"]), "--port", str(port),
+                              "--workdir", str(tmp_path / "exp"), "--max-trials", "6", "--concurrency", "2",
+                              "--population", "2", "--iterations", "3", "--topk", "2", "--crossover", "1",
+                              "--mutation", "1", "--val-tokens", "2048", "--trial-threads", "1"], capsys)
+    assert code == 0, err
+    exp_id = json.loads(out)["experiment"]
+    nnictl = str(Path(sys.executable).with_name("nnictl"))
+    try:
+        before = wait_for_trials(port, 1, timeout=150)
+        subprocess.run([nnictl, "stop", exp_id], capture_output=True, timeout=60)
+        port = free_port()
+        code, out, err = run_cli(["search", "nnictl", "--resume", exp_id, "--port", str(port)], capsys)
+        assert code == 0, err
+        jobs = wait_for_trials(port, 6, timeout=240)
+        archs = [tuple(json.loads(j["hyperParameters"][0])["parameters"].values()) for j in jobs]
+        assert len(jobs) == 6 and len(set(archs)) == 6, (before, jobs)
+        assert all(j["status"] == "SUCCEEDED" for j in jobs)
+    finally:
+        subprocess.run([nnictl, "stop", exp_id], capture_output=True, timeout=60)
+    code, _, err = run_cli(["search", "nnictl", "--resume", "nosuchid", "--port", str(free_port())], capsys)
+    assert code == 2 and "unknown NNI experiment 'nosuchid'" in one_error_line(err)

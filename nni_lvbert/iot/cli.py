@@ -83,7 +83,7 @@ def run_eval(args) -> int:
     from pathlib import Path
 
     from ..errors import UserError
-    from ..supernet.rundir import write_json_atomic
+    from ..supernet.rundir import check_data_tokenizer, write_json_atomic
     from .evaluate import evaluate_iot
     from .rundir import load_iot
 
@@ -101,6 +101,7 @@ def run_eval(args) -> int:
     if data.vocab_size != model.config.vocab_size:
         raise UserError(f"data {data.path} has a {data.vocab_size}-token vocabulary, the model "
                         f"{model.config.vocab_size}")
+    check_data_tokenizer(args.run_dir, data.path)
     loader = MLMDataModule(data, batch_size=args.batch_size).val_dataloader()
     stats = evaluate_iot(model, loader, max_batches=args.val_batches, progress=not args.no_progress)
     stats = {"run_dir": str(args.run_dir), "data": str(data.path), **stats}

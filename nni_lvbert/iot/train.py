@@ -110,6 +110,7 @@ def _source(opts: IOTOptions):
 
 def _data(opts: IOTOptions, cfg, smeta: dict | None):
     from ..data import PreparedData, prepare
+    from ..supernet.rundir import check_data_tokenizer
 
     if opts.data:
         data = PreparedData.load(opts.data)
@@ -133,6 +134,8 @@ def _data(opts: IOTOptions, cfg, smeta: dict | None):
     if smeta is not None and data.vocab_size != cfg.vocab_size:
         raise UserError(f"data {data.path} has a {data.vocab_size}-token vocabulary but the supernet expects "
                         f"{cfg.vocab_size}")
+    if smeta is not None:
+        check_data_tokenizer(opts.supernet, data.path)
     return data
 
 

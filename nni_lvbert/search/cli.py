@@ -57,6 +57,8 @@ def register(sub) -> None:
 
     n = ssub.add_parser("nnictl", help="run experiments/search.yml with nnictl (web UI on 127.0.0.1)")
     n.add_argument("--config", default=None, help="nnictl config (default experiments/search.yml)")
+    n.add_argument("--resume", default=None, metavar="ID",
+                   help="resume a stopped experiment instead (only --port/--host apply): nothing is scored twice")
     n.add_argument("--supernet", default="runs/supernet")
     n.add_argument("--port", type=int, default=8080)
     n.add_argument("--host", default="127.0.0.1", help="interface for the web UI / REST API (default 127.0.0.1)")
@@ -116,8 +118,10 @@ def space_json_cmd(args) -> int:
 
 
 def nnictl_cmd(args) -> int:
-    from .nnictl import DEFAULT_CONFIG, create
+    from .nnictl import DEFAULT_CONFIG, create, resume
 
+    if args.resume:
+        return resume(args)
     args.config = args.config or str(DEFAULT_CONFIG)
     return create(args)
 

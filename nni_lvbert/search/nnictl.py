@@ -48,6 +48,8 @@ def space_json(space="lvbert") -> dict:
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
     for addr in (host, "0.0.0.0"):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # like the server: a port whose last connections are in TIME_WAIT (a just-stopped experiment) is free
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((addr, port))
             except OSError:
@@ -111,10 +113,7 @@ def create(args) -> int:
 
     from .trial import read_run_dir
 
-    if not 1 <= args.port <= 65535:
-        raise UserError(f"port must be between 1 and 65535, got {args.port}")
-    if not port_free(args.port):
-        raise UserError(f"port {args.port} is already in use; pick another with --port")
+    _check_port(args.port)
     supernet = Path(args.supernet)
     spec, _, _ = read_run_dir(supernet)  # missing / unfinished supernet -> one line
     config = Path(args.config)
@@ -143,25 +142,58 @@ def create(args) -> int:
         data["searchSpaceFile"] = str(space_file)
     derived = run_dir / f"search-{args.port}.yml"
     derived.write_text(yaml.safe_dump(data, sort_keys=False))
-    preload = run_dir / "bind_localhost.js"
+    env = _localhost_env(run_dir, args.host)
+    env["LVBERT_SUPERNET"] = str(supernet.resolve())
+    exp_id = _run_nnictl([_nnictl(), "create", "--config", str(derived), "--port", str(args.port)], env,
+                         f"nnictl create failed: {{}} (config {derived})")
+    print(json.dumps({"experiment": exp_id, "web_ui": f"http://{args.host}:{args.port}", "config": str(derived),
+                      "stop": f"nnictl stop {exp_id}",
+                      "export": f"lvbert search export --experiment {exp_id} --supernet {supernet}"}))
+    return 0
+
+
+def resume(args) -> int:
+    """`lvbert search nnictl --resume ID`: `nnictl resume` with the port checked and the web UI on 127.0.0.1.
+
+    The tuner replays Algorithm 1 from the finished trials' scores (nothing is scored twice); trials that were
+    running when the experiment stopped are re-run by NNI and awaited (see tuner.py)."""
+    _check_port(args.port)
+    exp_dir = experiment_dir(args.resume)
+    env = _localhost_env(exp_dir.parent, args.host)
+    cmd = [_nnictl(), "resume", args.resume, "--port", str(args.port), "--experiment_dir", str(exp_dir.parent)]
+    exp_id = _run_nnictl(cmd, env, f"nnictl resume {args.resume} failed: {{}}")
+    print(json.dumps({"experiment": exp_id, "web_ui": f"http://{args.host}:{args.port}",
+                      "stop": f"nnictl stop {exp_id}", "export": f"lvbert search export --experiment {exp_id}"}))
+    return 0
+
+
+def _check_port(port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise UserError(f"port must be between 1 and 65535, got {port}")
+    if not port_free(port):
+        raise UserError(f"port {port} is already in use; pick another with --port")
+
+
+def _localhost_env(folder: Path, host: str) -> dict:
+    """Environment for nnictl whose Node process binds its servers to `host` (experiments/bind_localhost.js)."""
+    preload = folder / "bind_localhost.js"
     preload.write_text(BIND_JS_FILE.read_text())
     env = dict(os.environ)
     env["NODE_OPTIONS"] = (env.get("NODE_OPTIONS", "") + f" --require {preload}").strip()
-    env["NNI_BIND_HOST"] = args.host
-    env["LVBERT_SUPERNET"] = str(supernet.resolve())
-    cmd = [_nnictl(), "create", "--config", str(derived), "--port", str(args.port)]
+    env["NNI_BIND_HOST"] = host
+    return env
+
+
+def _run_nnictl(cmd: list[str], env: dict, failure: str) -> str:
+    """Run an nnictl command that starts an experiment; its ID, or one clear line."""
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
     match = re.search(r"Experiment ID:\s*(\w+)", text) or re.search(r"experiment id is\s+(\w+)", text)
     if proc.returncode != 0 or not match:
         last = [line for line in text.splitlines() if line.strip() and "pkg_resources" not in line
                 and "Warning" not in line]
-        raise UserError(f"nnictl create failed: {last[-1].strip() if last else 'no output'} (config {derived})")
-    exp_id = match.group(1)
-    print(json.dumps({"experiment": exp_id, "web_ui": f"http://{args.host}:{args.port}", "config": str(derived),
-                      "stop": f"nnictl stop {exp_id}",
-                      "export": f"lvbert search export --experiment {exp_id} --supernet {supernet}"}))
-    return 0
+        raise UserError(failure.format(last[-1].strip() if last else "no output"))
+    return match.group(1)
 
 
 # ---------------------------------------------------------------------------------------------- export

@@ -39,9 +39,12 @@ class ValBatch:
 
 
 def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: int,
-                     vocab_size: int | None = None, max_position: int | None = None) -> tuple[list[ValBatch], dict]:
-    """The first validation sequences with at least `val_tokens` tokens in all (or the whole split), batched."""
+                     vocab_size: int | None = None, max_position: int | None = None,
+                     run_dir=None) -> tuple[list[ValBatch], dict]:
+    """The first validation sequences with at least `val_tokens` tokens in all (or the whole split), batched.
+    With `run_dir`, the data must have been tokenized with that run's tokenizer."""
     from ..data import PreparedData
+    from ..supernet.rundir import check_data_tokenizer
 
     if val_tokens < 1:
         raise UserError(f"--val-tokens must be at least 1, got {val_tokens}")
@@ -53,6 +56,8 @@ def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: 
     data = PreparedData.load(path)
     if vocab_size is not None and data.vocab_size != vocab_size:
         raise UserError(f"{path} has a {data.vocab_size}-token vocabulary but the supernet has {vocab_size}")
+    if run_dir is not None:
+        check_data_tokenizer(run_dir, path)
     ds = data.val_dataset()
     rows, tokens = [], 0
     chunk = 256
@@ -185,7 +190,7 @@ class SupernetScorer:
             raise UserError("the supernet's meta.json records no prepared data directory; pass --data")
         pad = cfg.pad_token_id
         self.batches, self.val_stats = load_val_batches(data, val_tokens, batch_size, pad, cfg.vocab_size,
-                                                        cfg.max_position)
+                                                        cfg.max_position, run_dir=self.run_dir)
         self.prefix_cache = prefix_cache
         self.cache = PrefixCache(int(cache_mb * 2**20), keep if prefix_cache else 0)
         self.scores: dict[str, float] = {}  # compact arch -> score

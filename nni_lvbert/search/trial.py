@@ -75,7 +75,7 @@ def score_trial(run_dir, arch, val_tokens: int = 16384, batch_size: int = 64, da
     if not data:
         raise UserError("the supernet's meta.json records no prepared data directory; pass --data")
     batches, stats = load_val_batches(data, val_tokens, batch_size, cfg.pad_token_id, cfg.vocab_size,
-                                      cfg.max_position)
+                                      cfg.max_position, run_dir=run_dir)
     model = load_candidate(run_dir, types, spec, cfg)
     score = mlm_accuracy(model, batches)
     cost = CostModel(cfg, spec)

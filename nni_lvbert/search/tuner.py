@@ -7,14 +7,23 @@ The same `algorithm.Algorithm1` as the in-process strategy; this class only adap
   candidate of the current generation is scored; requests arriving then are remembered and answered through the
   dispatcher's send-trial callback as soon as the next generation exists (several trials can run concurrently);
 - `receive_trial_result` / `trial_end` feed scores (a failed trial counts as evaluated, without a score);
-- `import_data` (e.g. `nnictl experiment import`) supplies known scores: those candidates are never run again.
+- `import_data` (e.g. `nnictl experiment import`) supplies known scores: those candidates are never run again;
+- `nnictl resume`: NNI sends the finished trials' scores through `import_data` and the tuner replays Algorithm 1
+  (seeded, so the same candidates come out) without running them again. NNI also re-runs the trials that were
+  running when the experiment stopped, but its dispatcher tells the tuner nothing about them until their final
+  result (and nothing at all if they fail); `_watch_resumed_trials` adds the missing calls, so such a candidate
+  is neither handed out a second time nor waited for forever.
+
+The dispatcher calls the tuner from two threads (results and trial ends are separate queues): one lock.
 
 classArgs: population, iterations, topk, crossover, mutation, mutation_prob, seed, and optionally max_params /
 max_flops with `supernet` (a run directory; only its space.yaml and model_config.json are read).
 """
 from __future__ import annotations
 
+import functools
 import logging
+import threading
 from collections import deque
 
 import nni
@@ -48,6 +57,45 @@ def _constraint(supernet, max_params, max_flops):
     return lambda arch: accept([arch[label] for label in labels])
 
 
+def _locked(method):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self.lock:
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
+def _watch_resumed_trials() -> None:
+    """Make NNI 3.0's dispatcher tell the tuner which trials it re-runs after `nnictl resume`, and when they end.
+
+    Without this, the replayed Algorithm 1 hands out a re-running candidate again (it is evaluated twice), and a
+    re-run that fails without a result is never told (its generation would wait forever).
+    """
+    from nni.runtime.msg_dispatcher import MsgDispatcher
+
+    if getattr(MsgDispatcher, "_lvbert_watches_resumed", False):
+        return
+    add_resumed, trial_end = MsgDispatcher.handle_add_customized_trial, MsgDispatcher.handle_trial_end
+
+    def handle_add_customized_trial(self, data):
+        add_resumed(self, data)
+        hook = getattr(self.tuner, "resumed_trials", None)
+        if hook is not None:
+            trials = [nni.load(t) if isinstance(t, str) else t for t in (data if isinstance(data, list) else [data])]
+            hook([t["parameters"] for t in trials if isinstance(t.get("parameter_id"), int)])
+
+    def handle_trial_end(self, data):
+        parameter_id = nni.load(data["hyper_params"])["parameter_id"]
+        hook = getattr(self.tuner, "resumed_trial_end", None)
+        if hook is not None and self.is_created_in_previous_exp(parameter_id):
+            hook(self.get_previous_param(parameter_id), data["event"] == "SUCCEEDED")
+        trial_end(self, data)
+
+    MsgDispatcher.handle_add_customized_trial = handle_add_customized_trial
+    MsgDispatcher.handle_trial_end = handle_trial_end
+    MsgDispatcher._lvbert_watches_resumed = True
+
+
 class LVBertEvolutionTuner(Tuner):
     def __init__(self, population: int = 50, iterations: int = 20, topk: int = 10, crossover: int = 25,
                  mutation: int = 25, mutation_prob: float = 0.1, seed: int = 0, optimize_mode: str = "maximize",
@@ -63,9 +111,13 @@ class LVBertEvolutionTuner(Tuner):
         self.running: dict[int, dict] = {}  # parameter id -> arch
         self.owed: deque[int] = deque()  # parameter ids requested while the algorithm had nothing to hand out
         self.known: dict[tuple, float | None] = {}  # imported scores
+        self.resumed: dict[tuple, dict | None] = {}  # re-run by NNI after a resume -> arch once Algorithm 1 asks
         self.send_trial_callback = None
+        self.lock = threading.RLock()
+        _watch_resumed_trials()
 
     # -- search space
+    @_locked
     def update_search_space(self, search_space: dict) -> None:
         choices = {}
         for label, spec in sorted(search_space.items()):
@@ -79,7 +131,8 @@ class LVBertEvolutionTuner(Tuner):
 
     # -- parameters
     def _next(self) -> dict | None:
-        """Next candidate to run; known (imported) candidates are told at once instead of being run again."""
+        """Next candidate to run; known (imported) candidates are told at once instead of being run again, and
+        candidates NNI is re-running after a resume wait for their result."""
         algo = self.algorithm
         while True:
             arch = algo.ask()
@@ -89,8 +142,12 @@ class LVBertEvolutionTuner(Tuner):
             if key in self.known:
                 algo.tell(key, self.known[key])
                 continue
+            if key in self.resumed:
+                self.resumed[key] = arch
+                continue
             return arch
 
+    @_locked
     def generate_parameters(self, parameter_id: int, **kwargs) -> dict:
         if self.algorithm is None:
             raise RuntimeError("the search space was not set")
@@ -106,6 +163,7 @@ class LVBertEvolutionTuner(Tuner):
         self.running[parameter_id] = arch
         return arch
 
+    @_locked
     def generate_multiple_parameters(self, parameter_id_list, **kwargs):
         if "st_callback" in kwargs:
             self.send_trial_callback = kwargs["st_callback"]
@@ -133,6 +191,7 @@ class LVBertEvolutionTuner(Tuner):
             self.send_trial_callback(parameter_id, arch)
 
     # -- results
+    @_locked
     def receive_trial_result(self, parameter_id: int, parameters: dict, value, **kwargs) -> None:
         arch = self.running.pop(parameter_id, None)
         if arch is None:
@@ -141,23 +200,59 @@ class LVBertEvolutionTuner(Tuner):
         self.algorithm.tell(arch, extract_scalar_reward(value))
         self._pay_debts()
 
+    @_locked
     def trial_end(self, parameter_id: int, success: bool, **kwargs) -> None:
+        # Results and trial ends reach the tuner from two dispatcher threads, so a trial's end can arrive before its
+        # result: a trial that succeeded keeps waiting for its result (the trial command always reports one).
+        if success:
+            return
         arch = self.running.pop(parameter_id, None)
-        if arch is not None:  # ended without a final result: evaluated, but no score
+        if arch is not None:  # failed without a final result: evaluated, but no score
             self.algorithm.tell(arch, None)
         self._pay_debts()
 
+    def _key(self, params) -> tuple | None:
+        if not isinstance(params, dict):
+            return None
+        labels = self.algorithm.labels if self.algorithm else sorted(params)
+        try:
+            return tuple(params[label] for label in labels)
+        except KeyError:
+            return None
+
+    @_locked
     def import_data(self, data) -> None:
         for record in data or []:
-            params, value = record.get("parameter"), record.get("value")
-            if not isinstance(params, dict) or value is None:
+            key, value = self._key(record.get("parameter")), record.get("value")
+            if key is None or value is None:
                 continue
-            labels = self.algorithm.labels if self.algorithm else sorted(params)
-            try:
-                key = tuple(params[label] for label in labels)
-            except KeyError:
-                continue
-            self.known[key] = extract_scalar_reward(value)
+            score = extract_scalar_reward(value)
+            arch = self.resumed.pop(key, None)
+            if arch is not None:  # a trial NNI re-ran after a resume, which Algorithm 1 is waiting for
+                self.algorithm.tell(arch, score)
+            else:
+                self.known[key] = score
+        self._pay_debts()
+
+    @_locked
+    def resumed_trials(self, parameters: list[dict]) -> None:
+        """NNI re-runs these (they were running when the experiment stopped): never hand them out again."""
+        for params in parameters:
+            key = self._key(params)
+            if key is not None and key not in self.known:
+                self.resumed.setdefault(key, None)
+
+    @_locked
+    def resumed_trial_end(self, parameters: dict, success: bool) -> None:
+        key = self._key(parameters)
+        if success or key not in self.resumed:
+            return  # its result arrives (or arrived) through import_data
+        arch = self.resumed.pop(key)
+        if arch is not None:  # failed without a result: evaluated, but no score
+            self.algorithm.tell(arch, None)
+        else:
+            self.known[key] = None
+        self._pay_debts()
 
     def best(self):
         return self.algorithm.best() if self.algorithm else None

@@ -70,6 +70,25 @@ def require_files(run_dir: Path, required, what: str) -> None:
         raise UserError(f"{run_dir} is not a finished {what} run (missing {', '.join(missing)})")
 
 
+def check_data_tokenizer(run_dir: str | Path, data_path: str | Path) -> None:
+    """One clear line when prepared data was tokenized differently from the run (other tokens or other ids).
+
+    A vocabulary of the same size with other ids would not fail anywhere: it would silently score (or train) every
+    masked token against the wrong label."""
+    ours, theirs = Path(run_dir) / "tokenizer" / "tokenizer.json", Path(data_path) / "tokenizer" / "tokenizer.json"
+    if not ours.is_file() or not theirs.is_file():
+        return
+
+    def essentials(path: Path) -> tuple:
+        t = json.loads(path.read_text(encoding="utf-8"))
+        return t.get("model"), t.get("normalizer"), t.get("pre_tokenizer")
+
+    if essentials(ours) != essentials(theirs):
+        raise UserError(f"prepared data {data_path} was tokenized with another tokenizer than {run_dir} (different "
+                        f"tokens or token ids); prepare it with --tokenizer {Path(run_dir) / 'tokenizer'} and pass "
+                        "--data")
+
+
 def save_static(run_dir: Path, spec: SpaceSpec, cfg: ModelConfig, tokenizer_dir: str | Path) -> None:
     write_text_atomic(run_dir / "space.yaml", yaml.safe_dump(spec.to_dict(), sort_keys=False))
     write_json_atomic(run_dir / "model_config.json", cfg.to_dict())
