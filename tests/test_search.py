@@ -425,6 +425,32 @@ def test_data_tokenized_with_other_token_ids_is_refused(tiny, tmp_path, capsys):
     assert code == 0, err
 
 
+@pytest.mark.parametrize("device,msg", [("cuda:7", "sees no CUDA GPU"), ("meta", "unsupported device 'meta'"),
+                                        ("gpu0", "unknown device 'gpu0'")])
+def test_unavailable_device_is_one_line(tiny, tmp_path, capsys, device, msg):
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        msg = "CUDA GPU(s) are visible" if torch.cuda.device_count() <= 7 else None
+    if msg is None:
+        pytest.skip("this machine has 8+ GPUs")
+    code, _, err = run_cli(["search", "score", "--supernet", str(tiny["run"]), "--arch", "csfgcs",
+                            "--val-tokens", "256", "--device", device], capsys)
+    assert code == 2 and msg in one_error_line(err)
+    code, _, err = run_cli(["search", "run", "--supernet", str(tiny["run"]), "--out", str(tmp_path / "o"), *SMALL,
+                            "--device", device], capsys)
+    assert code == 2 and msg in one_error_line(err) and not (tmp_path / "o").exists()
+
+
+def test_scores_on_an_explicit_cpu_device_equal_auto(tiny, scorer):
+    from nni_lvbert.search.scorer import SupernetScorer
+
+    cpu = SupernetScorer(tiny["run"], val_tokens=2048, batch_size=32, device="cpu")
+    assert str(cpu.device) == "cpu" and cpu.stats()["device"] == "cpu"
+    for arch in ("csfgcs", "ssssss", "gfcgfc"):
+        assert cpu.score(arch) == pytest.approx(scorer.score(arch), abs=1e-6)
+
+
 def test_committed_search_space_json_is_generated_from_the_model_space(capsys):
     import yaml
 

@@ -37,6 +37,7 @@ def register(sub) -> None:
     s.add_argument("--no-prefix-cache", action="store_true", help="recompute every candidate from the embeddings")
     s.add_argument("--cache-mb", type=int, default=1024, help="memory for cached prefix activations (default 1024)")
     s.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    s.add_argument("--device", default="auto", help="auto (GPU if visible) | cpu | cuda[:N] | mps (default auto)")
     m = r.add_mutually_exclusive_group()
     m.add_argument("--resume", action="store_true", help="continue an interrupted search in --out")
     m.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
@@ -49,6 +50,7 @@ def register(sub) -> None:
     sc.add_argument("--val-tokens", type=int, default=16384)
     sc.add_argument("--batch-size", type=int, default=64)
     sc.add_argument("--data", default=None)
+    sc.add_argument("--device", default="auto", help="auto (GPU if visible) | cpu | cuda[:N] | mps (default auto)")
     sc.set_defaults(func=score_cmd)
 
     sj = ssub.add_parser("space-json", help="print the nnictl search space generated from the NNI ModelSpace")
@@ -68,6 +70,9 @@ def register(sub) -> None:
     n.add_argument("--seed", type=int, default=None)
     n.add_argument("--val-tokens", type=int, default=None)
     n.add_argument("--trial-threads", type=int, default=None, help="torch threads per trial")
+    n.add_argument("--trial-gpus", type=int, default=None,
+                   help="GPUs per trial (trialGpuNumber); without it NNI hides the GPUs from trials, which then "
+                        "score on the CPU")
     for name in ("population", "iterations", "topk", "crossover", "mutation", "max-params", "max-flops"):
         n.add_argument(f"--{name}", type=int, default=None)
     n.add_argument("--mutation-prob", type=float, default=None)
@@ -93,7 +98,7 @@ def run_cmd(args) -> int:
                                   crossover=args.crossover, mutation=args.mutation, mutation_prob=args.mutation_prob),
         max_params=args.max_params, max_flops=args.max_flops, val_tokens=args.val_tokens, batch_size=args.batch_size,
         data=args.data, space=args.space, prefix_cache=not args.no_prefix_cache, cache_mb=args.cache_mb,
-        threads=args.threads, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
+        threads=args.threads, device=args.device, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
     )
     result = run_search(opts)
     print(json.dumps({"best_arch": f"{args.out}/best_arch.json", "compact": result["compact"],

@@ -95,7 +95,7 @@ def derived_config(config: Path, supernet: Path, overrides: dict, workdir: Path 
     data["trialCommand"] = f"{sys.executable} -m nni_lvbert.search.trial --supernet {supernet.resolve()}" + (
         " " + overrides.pop("trial_args") if overrides.get("trial_args") else "")
     overrides.pop("trial_args", None)
-    for key in ("maxTrialNumber", "trialConcurrency", "experimentName"):
+    for key in ("maxTrialNumber", "trialConcurrency", "trialGpuNumber", "experimentName"):
         if overrides.get(key) is not None:
             data[key] = overrides.pop(key)
     class_args = {k: v for k, v in overrides.items() if v is not None}
@@ -117,7 +117,10 @@ def create(args) -> int:
     supernet = Path(args.supernet)
     spec, _, _ = read_run_dir(supernet)  # missing / unfinished supernet -> one line
     config = Path(args.config)
+    if args.trial_gpus is not None and args.trial_gpus < 0:
+        raise UserError(f"--trial-gpus must be >= 0, got {args.trial_gpus}")
     overrides = {"maxTrialNumber": args.max_trials, "trialConcurrency": args.concurrency,
+                 "trialGpuNumber": args.trial_gpus,
                  "population": args.population, "iterations": args.iterations, "topk": args.topk,
                  "crossover": args.crossover, "mutation": args.mutation, "mutation_prob": args.mutation_prob,
                  "seed": args.seed, "max_params": args.max_params, "max_flops": args.max_flops,

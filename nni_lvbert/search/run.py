@@ -49,6 +49,7 @@ class SearchOptions:
     prefix_cache: bool = True
     cache_mb: int = 1024
     threads: int | None = None
+    device: str = "auto"  # auto | cpu | cuda[:N] | mps (not a search setting: a search may resume elsewhere)
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
@@ -152,7 +153,8 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     cost = CostModel(loaded[2], loaded[1])
     accept_types = cost.constraint(opts.max_params, opts.max_flops)  # raises when a bound is impossible
     scorer = SupernetScorer(loaded, val_tokens=opts.val_tokens, batch_size=opts.batch_size, data=opts.data,
-                            prefix_cache=opts.prefix_cache, cache_mb=opts.cache_mb, keep=opts.evolution.topk)
+                            prefix_cache=opts.prefix_cache, cache_mb=opts.cache_mb, keep=opts.evolution.topk,
+                            device=opts.device)
     settings = settings_of(opts, scorer)
 
     # everything checked: only now touch the output directory

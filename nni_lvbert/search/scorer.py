@@ -28,6 +28,29 @@ from ..arch import parse_arch, slot_label, to_compact
 from ..errors import UserError
 
 
+def resolve_device(name: str | None = "auto"):
+    """`auto` (a GPU when torch sees one, else the CPU), `cpu`, `cuda`, `cuda:N` or `mps`; one line if unavailable."""
+
+    name = (name or "auto").strip().lower()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise UserError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"device {name!r} requested but this torch ({torch.__version__}) sees no CUDA GPU; "
+                            "use --device cpu, or install a CUDA build of torch (see README)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise UserError(f"device {name!r} requested but only {torch.cuda.device_count()} CUDA GPU(s) are visible")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"device {name!r} requested but MPS is not available")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise UserError(f"unsupported device {name!r}; use auto, cpu, cuda, cuda:N or mps")
+    return device
+
+
 @dataclass
 class ValBatch:
     input_ids: torch.Tensor
@@ -40,7 +63,7 @@ class ValBatch:
 
 def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: int,
                      vocab_size: int | None = None, max_position: int | None = None,
-                     run_dir=None) -> tuple[list[ValBatch], dict]:
+                     run_dir=None, device=None) -> tuple[list[ValBatch], dict]:
     """The first validation sequences with at least `val_tokens` tokens in all (or the whole split), batched.
     With `run_dir`, the data must have been tokenized with that run's tokenizer."""
     from ..data import PreparedData
@@ -89,8 +112,12 @@ def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: 
             labels[i, :m] = torch.as_tensor(y, dtype=torch.long)
             mask[i, :m] = True
         masked = labels != -100
-        batches.append(ValBatch(ids, types, None if bool(mask.all()) else mask, masked, labels[masked],
-                                int(mask.sum())))
+        batch = ValBatch(ids, types, None if bool(mask.all()) else mask, masked, labels[masked], int(mask.sum()))
+        if device is not None:
+            batch = ValBatch(*(t.to(device) if isinstance(t, torch.Tensor) else t for t in
+                               (batch.input_ids, batch.token_type_ids, batch.mask, batch.masked, batch.target)),
+                             batch.tokens)
+        batches.append(batch)
     stats = {"data": str(data.path), "sequences": len(rows), "tokens": tokens,
              "masked_tokens": int(sum(int(b.masked.sum()) for b in batches)), "batches": len(batches),
              "requested_tokens": val_tokens, "whole_split": tokens < val_tokens}
@@ -167,11 +194,11 @@ class SupernetScorer:
     """MLM accuracy of architectures with inherited supernet weights.
 
     `supernet` is a run directory or the tuple returned by `rundir.load_supernet`; `data` overrides the prepared
-    data directory recorded in the run's meta.json.
+    data directory recorded in the run's meta.json. `device`: see `resolve_device`; cached prefixes live there too.
     """
 
     def __init__(self, supernet, *, val_tokens: int = 16384, batch_size: int = 64, data=None,
-                 prefix_cache: bool = True, cache_mb: int = 1024, keep: int = 10):
+                 prefix_cache: bool = True, cache_mb: int = 1024, keep: int = 10, device: str | None = "auto"):
         from ..supernet.rundir import load_supernet
 
         if isinstance(supernet, (str, Path)):
@@ -180,7 +207,8 @@ class SupernetScorer:
         else:
             space, spec, cfg, meta = supernet
             self.run_dir = meta.get("run_dir")
-        self.space, self.spec, self.cfg, self.meta = space.eval(), spec, cfg, meta
+        self.device = resolve_device(device)
+        self.space, self.spec, self.cfg, self.meta = space.to(self.device).eval(), spec, cfg, meta
         self.labels = [slot_label(i) for i in range(spec.slots)]
         self.layers = list(space.layers)
         if len(self.layers) != spec.slots or not all(hasattr(m, "resample") for m in self.layers):
@@ -190,7 +218,7 @@ class SupernetScorer:
             raise UserError("the supernet's meta.json records no prepared data directory; pass --data")
         pad = cfg.pad_token_id
         self.batches, self.val_stats = load_val_batches(data, val_tokens, batch_size, pad, cfg.vocab_size,
-                                                        cfg.max_position, run_dir=self.run_dir)
+                                                        cfg.max_position, run_dir=self.run_dir, device=self.device)
         self.prefix_cache = prefix_cache
         self.cache = PrefixCache(int(cache_mb * 2**20), keep if prefix_cache else 0)
         self.scores: dict[str, float] = {}  # compact arch -> score
@@ -235,7 +263,7 @@ class SupernetScorer:
         return score
 
     def stats(self) -> dict:
-        return {"computed": self.computed, "known": len(self.scores), "slots_computed": self.slots_computed,
+        return {"device": str(self.device), "computed": self.computed, "known": len(self.scores), "slots_computed": self.slots_computed,
                 "seconds": round(self.seconds, 3), "prefix_cache": self.prefix_cache,
                 "cache_mb": round(self.cache.bytes / 2**20, 1), **{f"val_{k}": v for k, v in self.val_stats.items()}}
 
@@ -247,7 +275,7 @@ class SupernetScorer:
 def score_cli(args) -> int:
     """`lvbert search score`: the inherited-weight MLM accuracy of one architecture."""
     scorer = SupernetScorer(args.supernet, val_tokens=args.val_tokens, batch_size=args.batch_size, data=args.data,
-                            prefix_cache=False)
+                            prefix_cache=False, device=args.device)
     from .cost import CostModel
 
     types = scorer.types(args.arch)

@@ -63,20 +63,21 @@ def mlm_accuracy(model, batches) -> float:
     return correct / count if count else 0.0
 
 
-def score_trial(run_dir, arch, val_tokens: int = 16384, batch_size: int = 64, data=None) -> dict:
+def score_trial(run_dir, arch, val_tokens: int = 16384, batch_size: int = 64, data=None, device="auto") -> dict:
     from ..arch import parse_arch, to_compact
     from .cost import CostModel
-    from .scorer import load_val_batches
+    from .scorer import load_val_batches, resolve_device
 
     start = time.perf_counter()
     spec, cfg, meta = read_run_dir(run_dir)
     types = parse_arch(arch, spec)
+    device = resolve_device(device)
     data = data or (meta.get("data") or {}).get("path")
     if not data:
         raise UserError("the supernet's meta.json records no prepared data directory; pass --data")
     batches, stats = load_val_batches(data, val_tokens, batch_size, cfg.pad_token_id, cfg.vocab_size,
-                                      cfg.max_position, run_dir=run_dir)
-    model = load_candidate(run_dir, types, spec, cfg)
+                                      cfg.max_position, run_dir=run_dir, device=device)
+    model = load_candidate(run_dir, types, spec, cfg).to(device)
     score = mlm_accuracy(model, batches)
     cost = CostModel(cfg, spec)
     return {"arch": to_compact(types), "mlm_acc": score, "backbone_params": cost.params(types),
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--data", default=None, help="prepared data directory (default: the supernet's)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--device", default="auto", help="auto (GPU if visible) | cpu | cuda[:N] | mps (default auto)")
     args = p.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             import torch
 
             torch.set_num_threads(args.threads)
-        result = score_trial(args.supernet, arch, args.val_tokens, args.batch_size, args.data)
+        result = score_trial(args.supernet, arch, args.val_tokens, args.batch_size, args.data, args.device)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
