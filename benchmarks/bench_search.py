@@ -72,6 +72,7 @@ def main() -> int:
     p.add_argument("--val-tokens", type=int, default=16384)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--cache-mb", type=int, default=1024, help="prefix cache memory (default 1024, the CLI's)")
     p.add_argument("--evaluations", type=int, default=None, help="measure only the first N (default: whole budget)")
     p.add_argument("--naive-sample", type=int, default=200, help="candidates re-scored without prefix reuse (0: all)")
     p.add_argument("--freeze-sample", type=int, default=5, help="candidates scored the FunctionalEvaluator way")
@@ -100,7 +101,8 @@ def main() -> int:
         report["supernet"] = "untrained tiny supernet built by the benchmark (scores ~equal: the candidate " \
                              "sequence, and so prefix reuse, differ from a trained supernet's)"
     t0 = time.perf_counter()
-    cached = SupernetScorer(run, val_tokens=args.val_tokens, batch_size=args.batch_size, prefix_cache=True)
+    cached = SupernetScorer(run, val_tokens=args.val_tokens, batch_size=args.batch_size, prefix_cache=True,
+                            cache_mb=args.cache_mb)
     report["load_seconds"] = round(time.perf_counter() - t0, 2)
     report["validation"] = {k: cached.val_stats[k] for k in ("sequences", "tokens", "masked_tokens")}
     report["model"] = {"slots": cached.spec.slots, "hidden": cached.cfg.hidden_size, "vocab": cached.cfg.vocab_size,
@@ -146,7 +148,7 @@ def main() -> int:
         "full_budget_is": "measured" if len(seq) == cfg.budget else f"extrapolated from {len(seq)} evaluations",
         "slot_evaluations": cached.slots_computed, "naive_slot_evaluations": len(seq) * cached.spec.slots,
         "unbounded_cache_slot_evaluations": unbounded_reuse(seq),
-        "prefix_cache_mb": round(cached.cache.bytes / 2**20, 1),
+        "prefix_cache_mb": round(cached.cache.bytes / 2**20, 1), "prefix_cache_budget_mb": args.cache_mb,
         "best": {"arch": "".join({"dc": "c", "sa": "s", "ff": "f", "glu": "g"}[t] for t in seq[int(np.argmax(scores))]),
                  "score": max(scores)},
     }
