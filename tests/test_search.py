@@ -493,6 +493,17 @@ def _non_loopback_address() -> str | None:
     return None if ip.startswith("127.") else ip
 
 
+def start_tiny_experiment(tiny, tmp_path, capsys, port: int, iterations: int) -> str:
+    """`lvbert search nnictl` on the tiny supernet: 2 + 2 * (iterations - 1) trials, 2 at a time; the experiment ID."""
+    code, out, err = run_cli(["search", "nnictl", "--supernet", str(tiny["run"]), "--port", str(port),
+                              "--workdir", str(tmp_path / "exp"), "--max-trials", str(2 + 2 * (iterations - 1)),
+                              "--concurrency", "2", "--population", "2", "--iterations", str(iterations),
+                              "--topk", "2", "--crossover", "1", "--mutation", "1", "--val-tokens", "2048",
+                              "--trial-threads", "1"], capsys)
+    assert code == 0, err
+    return json.loads(out)["experiment"]
+
+
 def test_nnictl_end_to_end(tiny, scorer, tmp_path, capsys):
     """experiments/search.yml under nnictl: 4 trials (2 concurrent, a generation barrier), metrics, export, stop."""
     import urllib.request
@@ -500,12 +511,7 @@ def test_nnictl_end_to_end(tiny, scorer, tmp_path, capsys):
     from nni_lvbert.search.nnictl import wait_for_trials
 
     port = free_port()
-    code, out, err = run_cli(["search", "nnictl", "--supernet", str(tiny["run"]), "--port", str(port),
-                              "--workdir", str(tmp_path / "exp"), "--max-trials", "4", "--concurrency", "2",
-                              "--population", "2", "--iterations", "2", "--topk", "2", "--crossover", "1",
-                              "--mutation", "1", "--val-tokens", "2048", "--trial-threads", "1"], capsys)
-    assert code == 0, err
-    exp_id = json.loads(out)["experiment"]
+    exp_id = start_tiny_experiment(tiny, tmp_path, capsys, port, iterations=2)
     try:
         outside = _non_loopback_address()
         if outside:  # the web UI / REST API listens on 127.0.0.1 only
@@ -545,12 +551,7 @@ def test_nnictl_resume_scores_nothing_twice(tiny, tmp_path, capsys):
     from nni_lvbert.search.nnictl import wait_for_trials
 
     port = free_port()
-    code, out, err = run_cli(["search", "nnictl", "--supernet", str(tiny["run"]), "--port", str(port),
-                              "--workdir", str(tmp_path / "exp"), "--max-trials", "6", "--concurrency", "2",
-                              "--population", "2", "--iterations", "3", "--topk", "2", "--crossover", "1",
-                              "--mutation", "1", "--val-tokens", "2048", "--trial-threads", "1"], capsys)
-    assert code == 0, err
-    exp_id = json.loads(out)["experiment"]
+    exp_id = start_tiny_experiment(tiny, tmp_path, capsys, port, iterations=3)
     nnictl = str(Path(sys.executable).with_name("nnictl"))
     try:
         before = wait_for_trials(port, 1, timeout=150)
