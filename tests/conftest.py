@@ -56,3 +56,35 @@ def wiki_texts(n):
             if len(out) == n:
                 return out
     return out
+
+
+def kill9_mid_training(args: list[str], ckpt, first: int, last: int, timeout: float = 240) -> int | None:
+    """Run `python -m nni_lvbert.cli ARGS` in its own process group and SIGKILL it as soon as checkpoint `ckpt`
+    holds a global step in [first, last); the step it was killed at (None: it finished first)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    env.pop("PYTEST_CURRENT_TEST", None)
+    proc = subprocess.Popen([sys.executable, "-m", "nni_lvbert.cli", *args], cwd=Path(__file__).resolve().parent.parent,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    killed_at, deadline = None, time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if Path(ckpt).exists():
+            try:
+                step = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
+            except Exception:  # being replaced right now
+                step = 0
+            if first <= step < last:
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed_at = step
+                break
+        time.sleep(0.05)
+    if killed_at is None and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return killed_at

@@ -13,7 +13,7 @@ from nni_lvbert.config import SpaceSpec
 from nni_lvbert.errors import UserError
 from nni_lvbert.iot.orders import block_orders, explicit_orders, history_orders, parse_block, resolve_orders
 from nni_lvbert.iot.routing import IOTModel, OrderPredictor, iot_loss, tau_at, usage_entropy
-from tests.conftest import tiny_config, wiki_texts
+from tests.conftest import kill9_mid_training, tiny_config, wiki_texts
 
 SLOTS = 4
 SPEC = SpaceSpec(name="iot4", slots=SLOTS, candidates=["dc", "sa", "ff", "glu"], size="tiny")
@@ -312,6 +312,26 @@ def test_resume_continues_and_checks_orders(tmp_path, supernet, capsys):
     assert main(iot_args(run, supernet, 10, "--resume")) == 0  # orders come from orders.json
     meta = json.loads((run / "meta.json").read_text())
     assert meta["steps"] == 10 and [v["step"] for v in meta["validation"]] == [6]
+
+
+def test_resume_after_kill9_ends_with_the_uninterrupted_weights(tmp_path, supernet):
+    """Kill -9 mid-run, --resume: the very weights and predictor of an uninterrupted run (batches, masks and Gumbel
+    noise are functions of (seed, step), and checkpoints are written atomically)."""
+    from safetensors.torch import load_file
+
+    steps, common = 8, ["--block", "sa,ff,dc", "--m", "3", "--ckpt-every", "1"]
+    reference, run = tmp_path / "reference", tmp_path / "killed"
+    assert main(iot_args(reference, supernet, steps, *common)) == 0
+    killed_at = kill9_mid_training(iot_args(run, supernet, steps, *common), run / "checkpoints" / "last.ckpt", 3, steps)
+    assert killed_at is not None, "training finished before it could be killed"
+    assert not (run / "predictor.safetensors").exists()
+    assert main(iot_args(run, supernet, steps, *common, "--resume")) == 0
+    for name in ("supernet.safetensors", "predictor.safetensors"):
+        a, b = load_file(reference / name), load_file(run / name)
+        assert a.keys() == b.keys()
+        for k in a:
+            torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
+    assert json.loads((run / "meta.json").read_text())["steps"] == steps
 
 
 def test_from_scratch_on_a_space(tmp_path, data):

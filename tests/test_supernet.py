@@ -1,10 +1,8 @@
 """Supernet training through NasExperiment + SeededRandomOneShot: outputs, determinism, resume, DDP, refusals."""
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,7 @@ import torch
 
 from nni_lvbert.cli import main
 from nni_lvbert.supernet.strategy import sample_path
+from tests.conftest import kill9_mid_training
 
 REPO = Path(__file__).resolve().parent.parent
 CHOICES = {f"layer{i:02d}": ["dc", "sa", "ff", "glu"] for i in range(6)}
@@ -121,23 +120,8 @@ def test_resume_after_kill9_replays_the_uninterrupted_run(tmp_path, trained, spa
     """Kill -9 mid-run, --resume, and end with the very weights and path sequence of the uninterrupted run."""
     run = tmp_path / "killed"
     steps = 8
-    proc = subprocess.Popen(_cli(*train_args(run, space_file, cache_dir, steps, "--ckpt-every", "1")), cwd=REPO,
-                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    ckpt = run / "checkpoints" / "last.ckpt"
-    deadline = time.time() + 240
-    killed_at = None
-    while time.time() < deadline and proc.poll() is None:
-        if ckpt.exists():
-            try:
-                step = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
-            except Exception:  # being replaced right now
-                step = 0
-            if 3 <= step < steps:
-                os.killpg(proc.pid, signal.SIGKILL)
-                killed_at = step
-                break
-        time.sleep(0.05)
-    proc.wait()
+    killed_at = kill9_mid_training(train_args(run, space_file, cache_dir, steps, "--ckpt-every", "1"),
+                                   run / "checkpoints" / "last.ckpt", 3, steps)
     assert killed_at is not None, "training finished before it could be killed"
     assert not (run / "supernet.safetensors").exists()
     assert main(train_args(run, space_file, cache_dir, steps, "--resume")) == 0
