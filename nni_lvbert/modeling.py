@@ -86,11 +86,23 @@ class MaskedLMMixin:
             target = labels
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100)
         valid = target != -100
-        correct = ((logits.argmax(-1) == target) & valid).sum()
+        correct = predicts_target(logits.detach(), target).sum()
         return MLMOutput(loss=loss, logits=logits, correct=correct, count=valid.sum(), hidden=hidden)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, only_masked=True):
         return self.mlm(self.encode(input_ids, attention_mask, token_type_ids), labels, only_masked)
+
+
+def predicts_target(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """`logits.argmax(-1) == target`, exactly (ties go to the first maximum, as argmax), but several times faster
+    on CPU, where argmax over a vocabulary is slow and amax + gather are not: argmax runs only on the rows whose
+    target logit reaches the maximum. Targets < 0 (ignored positions) give False."""
+    safe = target.clamp(min=0)
+    hit = (logits.gather(-1, safe.unsqueeze(-1)).squeeze(-1) == logits.amax(-1)) & (target >= 0)
+    if bool(hit.any()):
+        rows = hit.clone()
+        hit[rows] = logits[rows].argmax(-1) == safe[rows]
+    return hit
 
 
 def init_weights(module: nn.Module, std: float) -> None:

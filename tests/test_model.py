@@ -143,3 +143,21 @@ def test_dropout_zero_means_train_equals_eval():
     model = LVBertForMaskedLM(tiny_config(dropout=0.0, attention_dropout=0.0), "sfcg")
     ids = torch.randint(0, 100, (2, 8))
     torch.testing.assert_close(model.train()(ids).logits, model.eval()(ids).logits)
+
+
+@pytest.mark.parametrize("shape", [(50, 97), (4, 7, 33)])
+def test_predicts_target_is_argmax_equals_target_including_ties(shape):
+    from nni_lvbert.modeling import predicts_target
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randint(0, 4, shape, generator=g).float()  # few distinct values: many ties
+    target = torch.randint(0, shape[-1], shape[:-1], generator=g)
+    target.view(-1)[::5] = -100  # ignored positions never count
+    target.view(-1)[1::7] = logits.reshape(-1, shape[-1]).argmax(-1)[1::7]  # and plenty of hits
+    expected = (logits.argmax(-1) == target) & (target >= 0)
+    got = predicts_target(logits, target)
+    assert got.dtype == torch.bool and got.shape == target.shape
+    assert torch.equal(got, expected) and 0 < int(got.sum()) < got.numel()
+    tied = (logits == logits.amax(-1, keepdim=True)).sum(-1) > 1
+    wrong_tie = tied & (logits.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1) == logits.amax(-1)) & ~expected
+    assert wrong_tie.any()  # the case amax + gather alone would count as correct

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..modeling import predicts_target
 from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN  # noqa: F401 (re-exported)
 
 
@@ -121,7 +122,7 @@ def per_instance_mlm(space, hidden: torch.Tensor, labels: torch.Tensor) -> Insta
     logits = space.head(hidden[where])
     target = labels[where]
     ce = F.cross_entropy(logits.float(), target, reduction="none")
-    right = (logits.argmax(-1) == target).to(ce.dtype)
+    right = predicts_target(logits.detach(), target).to(ce.dtype)
     b = labels.shape[0]
     loss_sum = ce.new_zeros(b).index_add(0, rows, ce)
     correct = ce.new_zeros(b).index_add(0, rows, right)

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from ..arch import parse_arch, slot_label, to_compact
+from ..modeling import predicts_target
 from ..errors import UserError
 
 
@@ -251,7 +252,7 @@ class SupernetScorer:
             head = self.space.head
             for h, b in zip(x, self.batches):
                 logits = head(h[b.masked])
-                correct += int((logits.argmax(-1) == b.target).sum())
+                correct += int(predicts_target(logits, b.target).sum())
                 count += int(b.target.numel())
         score = correct / count if count else 0.0
         self.scores[key] = score

@@ -51,6 +51,8 @@ def mlm_accuracy(model, batches) -> float:
     """Correct / masked tokens over pre-built validation batches (vocab projection only at masked positions)."""
     import torch
 
+    from ..modeling import predicts_target
+
     correct = count = 0
     with torch.inference_mode():
         for b in batches:
@@ -58,7 +60,7 @@ def mlm_accuracy(model, batches) -> float:
             for layer in model.layers:
                 x = layer(x, b.mask)
             logits = model.head(x[b.masked])
-            correct += int((logits.argmax(-1) == b.target).sum())
+            correct += int(predicts_target(logits, b.target).sum())
             count += int(b.target.numel())
     return correct / count if count else 0.0
 
