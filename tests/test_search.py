@@ -481,6 +481,9 @@ def test_nnictl_port_in_use_is_one_line(tiny, capsys):
     code, _, err = run_cli(["search", "nnictl", "--supernet", str(tiny["root"] / "nope"), "--port",
                             str(free_port())], capsys)
     assert code == 2 and "supernet directory not found" in one_error_line(err)
+    code, _, err = run_cli(["search", "nnictl", "--supernet", str(tiny["run"]), "--port", str(free_port()),
+                            "--trial-gpus", "-1"], capsys)
+    assert code == 2 and "--trial-gpus must be >= 0" in one_error_line(err)
 
 
 def _non_loopback_address() -> str | None:
