@@ -74,9 +74,10 @@ class ModelConfig:
         return cls(**d)
 
 
-def _read_yaml(path: Path) -> dict:
+def read_yaml(path: Path, what: str = "file") -> dict:
+    """A YAML mapping, or one clear line (`{what} not found`, invalid YAML, not a mapping)."""
     if not path.is_file():
-        raise UserError(f"file not found: {path}")
+        raise UserError(f"{what} not found: {path}")
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -87,12 +88,12 @@ def _read_yaml(path: Path) -> dict:
 
 
 def size_names() -> list[str]:
-    return list(_read_yaml(SIZES_FILE))
+    return list(read_yaml(SIZES_FILE))
 
 
 def load_size(name: str, **overrides) -> ModelConfig:
     """ModelConfig for a named size from sizes.yaml, with keyword overrides (None values ignored)."""
-    sizes = _read_yaml(SIZES_FILE)
+    sizes = read_yaml(SIZES_FILE)
     if name not in sizes:
         raise UserError(f"unknown size {name!r}; choose one of: {', '.join(sizes)}")
     values = dict(sizes[name])
@@ -136,7 +137,7 @@ def load_space(name_or_path: str | Path) -> SpaceSpec:
             names = sorted(f.stem for f in SPACES_DIR.glob("*.yaml") if f.stem != "sizes")
             raise UserError(f"unknown search space {str(name_or_path)!r}; choose one of {', '.join(names)} or give a YAML path")
         p = candidate
-    data = _read_yaml(p)
+    data = read_yaml(p)
     unknown = sorted(set(data) - {"name", "slots", "candidates", "size", "description"})
     if unknown:
         raise UserError(f"{p}: unknown keys {', '.join(unknown)}")

@@ -62,6 +62,22 @@ def in_nni_trial() -> bool:
     return nni.get_experiment_id() != "STANDALONE"
 
 
+def apply_tuner_parameters(opts, allowed: dict, what: str) -> dict:
+    """As an nnictl trial, the tuner's parameters (e.g. {"lr": 0.002}) override the command-line options.
+
+    `allowed` maps each tunable option to a converter (None: keep the value as sent); anything else is one clear
+    line. Returns the parameters received."""
+    import nni
+
+    params = nni.get_next_parameter() or {}
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise UserError(f"tuner parameter(s) {', '.join(unknown)} are not {what} options; use {', '.join(allowed)}")
+    for k, v in params.items():
+        setattr(opts, k, allowed[k](v) if allowed[k] else v)
+    return dict(params)
+
+
 class TrialReporter:
     """Reports to nnictl, also from inside `NasExperiment.run()`: NNI's sequential engine swaps the trial command
     channel (and the current parameter record) for an in-process one while it trains, which would swallow

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..errors import UserError
-from ..training import (TrainOptions, TrialReporter, build_trainer, check_positive, in_nni_trial,
-                        launcher_is_rank_zero, parse_devices, run_nas_experiment)
+from ..training import (TrainOptions, TrialReporter, apply_tuner_parameters, build_trainer, check_positive,
+                        in_nni_trial, launcher_is_rank_zero, parse_devices, run_nas_experiment)
 from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 
 # options an nnictl tuner may set (search-space keys)
@@ -51,18 +51,6 @@ class IOTOptions(TrainOptions):
     clamp: float = CLAMP
     gumbel: bool = True
     hpo: dict = field(default_factory=dict)  # parameters received from an nnictl tuner
-
-
-def apply_tuner_parameters(opts: IOTOptions) -> None:
-    import nni
-
-    params = nni.get_next_parameter() or {}
-    unknown = sorted(set(params) - set(HPO_KEYS))
-    if unknown:
-        raise UserError(f"tuner parameter(s) {', '.join(unknown)} are not IOT options; use {', '.join(HPO_KEYS)}")
-    for k, v in params.items():
-        setattr(opts, k, HPO_KEYS[k](v))
-    opts.hpo = dict(params)
 
 
 def check_options(opts: IOTOptions, m: int) -> None:
@@ -185,7 +173,7 @@ def train_iot(opts: IOTOptions) -> dict:
     run_dir = Path(opts.run_dir)
     reporter = None
     if in_nni_trial():
-        apply_tuner_parameters(opts)
+        opts.hpo = apply_tuner_parameters(opts, HPO_KEYS, "IOT")
         reporter = TrialReporter()
     if opts.resume and opts.overwrite:
         raise UserError("--resume and --overwrite exclude each other")

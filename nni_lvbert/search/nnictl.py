@@ -69,16 +69,9 @@ def _nnictl() -> str:
 
 def derived_config(config: Path, supernet: Path, overrides: dict, workdir: Path | None) -> dict:
     """The config with absolute paths, the supernet in the trial command and the overrides applied."""
-    import yaml
+    from ..config import read_yaml
 
-    if not config.is_file():
-        raise UserError(f"config not found: {config}")
-    try:
-        data = yaml.safe_load(config.read_text())
-    except yaml.YAMLError as exc:
-        raise UserError(f"{config} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{config} must hold a YAML mapping")
+    data = read_yaml(config, "config")
     base = config.resolve().parent
 
     def absolute(p):

@@ -112,13 +112,11 @@ def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: 
             types[i, :m] = torch.as_tensor(t, dtype=torch.long)
             labels[i, :m] = torch.as_tensor(y, dtype=torch.long)
             mask[i, :m] = True
-        masked = labels != -100
-        batch = ValBatch(ids, types, None if bool(mask.all()) else mask, masked, labels[masked], int(mask.sum()))
         if device is not None:
-            batch = ValBatch(*(t.to(device) if isinstance(t, torch.Tensor) else t for t in
-                               (batch.input_ids, batch.token_type_ids, batch.mask, batch.masked, batch.target)),
-                             batch.tokens)
-        batches.append(batch)
+            ids, types, labels, mask = (t.to(device) for t in (ids, types, labels, mask))
+        masked = labels != -100
+        batches.append(ValBatch(ids, types, None if bool(mask.all()) else mask, masked, labels[masked],
+                                int(mask.sum())))
     stats = {"data": str(data.path), "sequences": len(rows), "tokens": tokens,
              "masked_tokens": int(sum(int(b.masked.sum()) for b in batches)), "batches": len(batches),
              "requested_tokens": val_tokens, "whole_split": tokens < val_tokens}

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..errors import UserError
-from ..training import (TrainOptions, TrialReporter, build_trainer, check_positive, in_nni_trial,
-                        launcher_is_rank_zero, parse_devices, run_nas_experiment, state_digest)
+from ..training import (TrainOptions, TrialReporter, apply_tuner_parameters, build_trainer, check_positive,
+                        in_nni_trial, launcher_is_rank_zero, parse_devices, run_nas_experiment, state_digest)
 
 @dataclass
 class SupernetOptions(TrainOptions):
@@ -31,21 +31,8 @@ class SupernetOptions(TrainOptions):
     record_paths: bool = False  # write ranks/rank<r>.json with every sampled path and a weight digest
 
 
-TUNABLE = ("lr", "warmup_steps", "max_steps", "batch_size", "dropout", "weight_decay", "seed")
-
-
-def apply_nni_parameters(opts: SupernetOptions) -> None:
-    """As an nnictl trial, the tuner's parameters (e.g. {"lr": 0.002}) override the command-line options."""
-    if not in_nni_trial():
-        return
-    import nni
-
-    params = nni.get_next_parameter() or {}
-    unknown = sorted(set(params) - set(TUNABLE))
-    if unknown:
-        raise UserError(f"search-space parameters {', '.join(unknown)} are not supernet options ({', '.join(TUNABLE)})")
-    for k, v in params.items():
-        setattr(opts, k, v)
+# options an nnictl tuner may set in a supernet trial (values kept as sent)
+TUNABLE = dict.fromkeys(("lr", "warmup_steps", "max_steps", "batch_size", "dropout", "weight_decay", "seed"))
 
 
 def validation_callback(history: list, reporter: TrialReporter | None):
@@ -79,7 +66,7 @@ def train_supernet(opts: SupernetOptions) -> dict:
 
     reporter = None
     if in_nni_trial():
-        apply_nni_parameters(opts)
+        apply_tuner_parameters(opts, TUNABLE, "supernet")
         reporter = TrialReporter()  # before NasExperiment swaps NNI's trial channel
     run_dir = Path(opts.run_dir)
     spec = load_space(opts.space)
