@@ -38,7 +38,8 @@ def build_untrained_tiny(root: Path) -> Path:
     from nni_lvbert.config import load_size, load_space
     from nni_lvbert.data import prepare
     from nni_lvbert.space import LVBertSpace
-    from nni_lvbert.supernet import rundir
+    from nni_lvbert.rundir import RunDir
+    from nni_lvbert.supernet.rundir import WEIGHTS
     from nni_lvbert.supernet.strategy import SeededRandomOneShot
 
     spec = load_space("lvbert")
@@ -47,13 +48,12 @@ def build_untrained_tiny(root: Path) -> Path:
     cfg.vocab_size = data.vocab_size
     space = LVBertSpace(spec, cfg)
     SeededRandomOneShot().mutate_model(space)
-    run = root / "untrained-tiny"
-    run.mkdir(parents=True, exist_ok=True)
-    rundir.save_static(run, spec, cfg, data.tokenizer_dir)
-    rundir.save_weights(run, space)
-    rundir.write_json_atomic(run / "meta.json", {"run_dir": str(run), "size": "tiny", "steps": 0,
-                                                  "data": {"path": str(data.path)}})
-    return run
+    run = RunDir(root / "untrained-tiny", "supernet")
+    run.path.mkdir(parents=True, exist_ok=True)
+    run.save_static(spec, cfg, data.tokenizer_dir)
+    run.save_weights(space, WEIGHTS)
+    run.write_json("meta.json", {"run_dir": str(run), "size": "tiny", "steps": 0, "data": {"path": str(data.path)}})
+    return run.path
 
 
 def main() -> int:

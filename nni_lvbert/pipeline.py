@@ -1,81 +1,139 @@
 """`lvbert run`: the whole pipeline in one command — data -> supernet (SPOS) -> search -> best_arch.json + plot.
 
-    OUT/supernet/   supernet run directory (lvbert supernet train)
-    OUT/search/     best_arch.json, history.jsonl, search_curve.png (lvbert search run)
+    OUT/options.json  the options of the run (`--resume` continues with them)
+    OUT/supernet/     supernet run directory (lvbert supernet train)
+    OUT/search/       best_arch.json, history.jsonl, search_curve.png (lvbert search run)
 
-`--resume` continues whichever stage was interrupted; finished stages are kept.
+`--resume` continues whichever stage was interrupted; finished stages are kept. With `--devices N > 1`
+Lightning's DDP launcher re-runs this command for ranks 1..N-1: they only join the supernet training (with rank
+0's options) and leave the search to rank 0.
 """
 from __future__ import annotations
 
 import json
-import shutil
 import time
-from pathlib import Path
+from dataclasses import dataclass, field
 
+from .cliargs import add_data_args, add_out_arg, add_resume_args
 from .errors import UserError
+from .options import launcher_is_rank_zero
+from .search.algorithm import EvolutionConfig
+from .training import DATA_SEED, VAL_FRACTION
+
+KIND = "pipeline"
+
+
+@dataclass
+class PipelineOptions:
+    MAY_CHANGE = frozenset({"devices", "accelerator", "progress", "cache_dir", "out"})
+
+    out: str = "runs/quickstart"
+    space: str = "lvbert"
+    size: str = "tiny"
+    data: str | None = None
+    corpus: list[str] | None = None
+    tokenizer: str | None = None
+    cache_dir: str | None = None
+    max_docs: int | None = None
+    val_fraction: float = VAL_FRACTION
+    data_seed: int = DATA_SEED
+    seed: int = 0
+    supernet_steps: int | None = None
+    strategies: list[str] = field(default_factory=lambda: ["evolution"])
+    evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
+    devices: str = "1"
+    accelerator: str = "auto"
+    resume: bool = False
+    overwrite: bool = False
+    progress: bool = True
+    given: list[str] | None = field(default=None, compare=False)
 
 
 def register(sub) -> None:
-    from .supernet.cli import add_data_args
+    from .search.cli import add_evolution_args, add_search_strategy_arg
 
+    d = PipelineOptions()
     p = sub.add_parser("run", help="whole pipeline: data -> supernet -> search -> best_arch.json + plot")
-    p.add_argument("--out", default="runs/quickstart", help="output directory (default runs/quickstart)")
-    p.add_argument("--space", default="lvbert", help="search-space name or YAML (default lvbert)")
-    p.add_argument("--size", default="tiny", help="supernet size (default tiny: minutes on 2 CPU cores)")
+    add_out_arg(p, d.out)
+    p.add_argument("--space", default=d.space, help=f"search-space name or YAML (default {d.space})")
+    p.add_argument("--size", default=d.size, help=f"supernet size (default {d.size}: minutes on 2 CPU cores)")
     add_data_args(p)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--supernet-steps", type=int, default=None, help="supernet training steps (default: size preset)")
-    p.add_argument("--strategy", nargs="+", default=["evolution"],
-                   help="search strategies: evolution, regularized-evolution, random (several = one plot)")
-    p.add_argument("--devices", default="1", help="devices for supernet training (DDP when > 1)")
-    p.add_argument("--accelerator", default="auto")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--resume", action="store_true", help="continue an interrupted run")
-    g.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=run)
+    add_search_strategy_arg(p)
+    add_evolution_args(p)
+    p.add_argument("--devices", default=d.devices, help="devices for supernet training (DDP when > 1)")
+    p.add_argument("--accelerator", default=d.accelerator)
+    add_resume_args(p, "continue an interrupted run with its stored options")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.set_defaults(func=run_cli)
 
 
-def run(args) -> int:
+def run_cli(args) -> int:
+    from .search.cli import evolution_from_args
+
+    return run(PipelineOptions(
+        out=args.out, space=args.space, size=args.size, data=args.data, corpus=args.corpus, tokenizer=args.tokenizer,
+        cache_dir=args.cache_dir, max_docs=args.max_docs, val_fraction=args.val_fraction, data_seed=args.data_seed,
+        seed=args.seed, supernet_steps=args.supernet_steps, strategies=list(args.strategies),
+        evolution=evolution_from_args(args), devices=args.devices, accelerator=args.accelerator, resume=args.resume,
+        overwrite=args.overwrite, progress=args.progress, given=sorted(args.given)))
+
+
+def run(opts: PipelineOptions) -> int:
+    from .options import resume_from, to_dict
+    from .rundir import RunDir
     from .search.run import SearchOptions, run_search
     from .supernet.train import SupernetOptions, train_supernet
 
-    out = Path(args.out)
-    if out.exists() and any(out.iterdir()) and not (args.resume or args.overwrite):
-        raise UserError(f"output directory {out} is not empty; pass --resume to continue it or --overwrite to replace it")
-    if args.overwrite and out.exists():
-        shutil.rmtree(out)
+    out = RunDir(opts.out, KIND)
     supernet_dir, search_dir = out / "supernet", out / "search"
+
+    def supernet_options(resume: bool) -> SupernetOptions:
+        return SupernetOptions(
+            run_dir=str(supernet_dir), space=opts.space, size=opts.size, data=opts.data, corpus=opts.corpus,
+            tokenizer=opts.tokenizer, cache_dir=opts.cache_dir, max_docs=opts.max_docs, val_fraction=opts.val_fraction,
+            data_seed=opts.data_seed, seed=opts.seed, max_steps=opts.supernet_steps, devices=opts.devices,
+            accelerator=opts.accelerator, resume=resume, overwrite=not resume, progress=opts.progress)
+
+    if not launcher_is_rank_zero():  # a DDP rank > 0 re-running this command: join the supernet training only
+        train_supernet(supernet_options(False))
+        return 0
+
+    if opts.resume and opts.overwrite:
+        raise UserError("--resume and --overwrite exclude each other")
+    if opts.resume:
+        if not out.has("options.json"):
+            raise UserError(f"nothing to resume in {out}: no options.json")
+        opts = resume_from(opts, out.stored_options(), out.path, may_change=PipelineOptions.MAY_CHANGE,
+                           flags={"strategies": "--search", "progress": "--no-progress"})
+    opts.evolution.validate()
+    out.prepare(resume=opts.resume, overwrite=opts.overwrite, resume_marker="options.json",
+                what="output directory")
+    out.save_options(to_dict(opts))
     start = time.time()
 
     if (supernet_dir / "meta.json").is_file():
         print(f"[1/2] supernet: done already in {supernet_dir}", flush=True)
     else:
-        resume = args.resume and (supernet_dir / "checkpoints" / "last.ckpt").is_file()
-        print(f"[1/2] supernet: {'resuming' if resume else 'training'} ({args.space}, size {args.size}) -> {supernet_dir}",
-              flush=True)
-        train_supernet(SupernetOptions(
-            run_dir=str(supernet_dir), space=args.space, size=args.size, corpus=args.corpus, tokenizer=args.tokenizer,
-            cache_dir=args.cache_dir, max_docs=args.max_docs, val_fraction=args.val_fraction, seed=args.seed,
-            max_steps=args.supernet_steps, devices=args.devices, accelerator=args.accelerator,
-            resume=resume, overwrite=not resume, progress=not args.no_progress,
-        ))
-        if not (supernet_dir / "meta.json").is_file():
-            return 0  # a non-zero DDP rank: rank 0 carries on with the search
-    supernet_meta = json.loads((supernet_dir / "meta.json").read_text())
+        resume = opts.resume and (supernet_dir / "checkpoints" / "last.ckpt").is_file()
+        print(f"[1/2] supernet: {'resuming' if resume else 'training'} ({opts.space}, size {opts.size}) -> "
+              f"{supernet_dir}", flush=True)
+        train_supernet(supernet_options(resume))
+    supernet_meta = RunDir(supernet_dir, "supernet").meta
 
     if (search_dir / "best_arch.json").is_file():
         print(f"[2/2] search: done already in {search_dir}", flush=True)
     else:
-        resume = args.resume and search_dir.is_dir() and any(search_dir.iterdir())
-        print(f"[2/2] search: {', '.join(args.strategy)} over the supernet -> {search_dir}", flush=True)
-        run_search(SearchOptions(supernet=str(supernet_dir), strategies=list(args.strategy), seed=args.seed,
-                                 out=str(search_dir), resume=resume, overwrite=not resume,
-                                 progress=not args.no_progress))
-    best = json.loads((search_dir / "best_arch.json").read_text())
+        resume = opts.resume and (search_dir / "search.json").is_file()
+        print(f"[2/2] search: {', '.join(opts.strategies)} over the supernet -> {search_dir}", flush=True)
+        run_search(SearchOptions(supernet=str(supernet_dir), strategies=list(opts.strategies), seed=opts.seed,
+                                 evolution=opts.evolution, out=str(search_dir), resume=resume, overwrite=not resume,
+                                 progress=opts.progress))
+    best = RunDir(search_dir, "search").read_json("best_arch.json")
     print(json.dumps({
         "best_arch": str(search_dir / "best_arch.json"),
-        "arch": best.get("compact") or best.get("arch_compact"),
+        "arch": best["compact"],
         "score": best.get("score"),
         "supernet_val_mlm_acc": supernet_meta.get("final_val_mlm_acc"),
         "plot": str(search_dir / "search_curve.png"),

@@ -1,29 +1,52 @@
-"""Pieces shared by the one-shot trainings (supernet, IOT): Lightning trainer, atomic checkpoints, running a
-NasExperiment quietly, ranks, and reporting to nnictl when the command runs as an NNI trial."""
+"""The one training entry behind every Lightning training command (supernet, IOT, and later pre-training).
+
+    opts = begin(opts, "supernet")     # resume: the run directory's options; ranks > 0: rank 0's options
+    ...                                # build space/model/data from opts
+    run = open_run(opts, "supernet")   # rank 0: check + create the directory, store options.json, publish
+    result = fit(run, opts, module, datamodule, callbacks=..., space=space, strategy=oneshot)
+    run.save_weights(...); run.write_json("meta.json", {**common_meta(run, opts, result, data), ...})
+
+Plus the trainer conventions (atomic last.ckpt, CSV+TensorBoard logs, DDP defaults) and nnictl trial plumbing.
+"""
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
 from .errors import UserError
+from .options import adopt, launcher_is_rank_zero, publish, resume_from, to_dict  # noqa: F401  (re-exported)
+from .rundir import CHECKPOINT, META, RunDir, check_output_dir
+
+VAL_FRACTION = 0.02  # default held-out share of documents (data.split.DEFAULT_VAL_FRACTION)
+DATA_SEED = 0  # default seed of the fixed validation masking: every run over one corpus scores the same tokens
 
 
 @dataclass
 class TrainOptions:
-    """Options common to the one-shot trainings; None means "the size's preset" (see `resolved`)."""
+    """Options common to the Lightning trainings; None means "the size's preset" (see `resolved`).
+
+    The CLI flags take their defaults from here (`add_training_args`)."""
 
     PRESETS: ClassVar[dict[str, dict]] = {}  # "tiny" and "paper": defaults of the None-able fields below
+    # options that may differ between the sessions of one run (hardware, display); any other option given on
+    # --resume must equal the stored one
+    MAY_CHANGE: ClassVar[frozenset] = frozenset({"devices", "num_nodes", "accelerator", "ddp_strategy", "precision",
+                                                 "num_workers", "progress", "cache_dir", "record_paths", "run_dir"})
+    FLAGS: ClassVar[dict[str, str]] = {"progress": "--no-progress", "run_dir": "--out"}
 
     run_dir: str = "runs/run"
     size: str | None = None
+    data: str | None = None  # a prepared data directory (`lvbert data prepare`) instead of corpus/tokenizer
     corpus: list[str] | None = None  # None = embedded corpus
     tokenizer: str | None = None
     cache_dir: str | None = None
     max_docs: int | None = None
-    val_fraction: float = 0.02
+    val_fraction: float = VAL_FRACTION
+    data_seed: int = DATA_SEED
     seed: int = 0
     lr: float | None = None
     warmup_steps: int | None = None
@@ -36,12 +59,14 @@ class TrainOptions:
     ckpt_every: int | None = None
     accelerator: str = "auto"
     devices: str = "1"
-    strategy: str | None = None
+    num_nodes: int = 1
+    ddp_strategy: str | None = None
     precision: str | None = None
     num_workers: int = 0
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
+    given: list[str] | None = field(default=None, compare=False)  # options typed on the command line
 
     def preset(self) -> dict:
         return self.PRESETS["tiny" if self.size == "tiny" else "paper"]
@@ -51,9 +76,103 @@ class TrainOptions:
         return self.preset()[key] if value is None else value
 
 
-def launcher_is_rank_zero() -> bool:
-    """True in the process that started the run (Lightning/torchrun children have a non-zero rank env)."""
-    return all(int(os.environ.get(v, "0")) == 0 for v in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+def begin(opts: TrainOptions, kind: str) -> TrainOptions:
+    """The options a training command runs with: with --resume, the run directory's (given options checked
+    against them); on DDP ranks > 0, rank 0's. Call first, before anything is built from the options."""
+    if not launcher_is_rank_zero():
+        return adopt(kind, opts)
+    if opts.resume and opts.overwrite:
+        raise UserError("--resume and --overwrite exclude each other")
+    if not opts.resume:
+        return opts
+    run = RunDir(opts.run_dir, kind)
+    check_output_dir(run.path, True, False, CHECKPOINT)
+    return resume_from(opts, run.stored_options(), run.path, may_change=opts.MAY_CHANGE, flags=opts.FLAGS)
+
+
+def open_run(opts: TrainOptions, kind: str) -> RunDir:
+    """Rank 0, once every option is checked: check/empty/create the run directory, store options.json and publish
+    the options to the ranks Lightning's DDP launcher will start. Other ranks only get the RunDir."""
+    run = RunDir(opts.run_dir, kind)
+    if launcher_is_rank_zero():
+        run.prepare(resume=opts.resume, overwrite=opts.overwrite)
+        run.save_options(to_dict(opts))
+        publish(kind, opts)
+    return run
+
+
+def prepare_data(opts: TrainOptions, cfg, run: RunDir | None = None):
+    """The prepared data of a training run: `--data DIR`, or corpus/tokenizer prepared (cached) for the size."""
+    from .data import PreparedData, prepare
+
+    if opts.data:
+        if opts.corpus or opts.tokenizer or opts.max_docs:
+            raise UserError("--data gives prepared data: --corpus/--tokenizer/--max-docs do not apply")
+        data = PreparedData.load(opts.data)
+        if data.max_length > cfg.max_position:
+            raise UserError(f"{data.path} holds {data.max_length}-token sequences; the model's position table has "
+                            f"{cfg.max_position}")
+        return data
+    return prepare(corpus=opts.corpus, size=opts.size, vocab_size=None if opts.tokenizer else cfg.vocab_size,
+                   max_length=cfg.max_length, tokenizer=opts.tokenizer, val_fraction=opts.val_fraction,
+                   seed=opts.data_seed, cache_dir=opts.cache_dir, max_docs=opts.max_docs)
+
+
+@dataclass
+class FitResult:
+    trainer: object
+    precision: str
+    train_seconds: float  # over every session of the run
+    validation: list  # validation records of earlier sessions + this one
+    previous: dict  # meta.json of the earlier session (resume), else {}
+
+
+def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), history: list | None = None,
+        space=None, strategy=None) -> FitResult:
+    """Train `module` with our Lightning conventions. With `strategy` (an NNI one-shot strategy) the run is
+    `NasExperiment(space, Lightning(module, ...), strategy)`; without, a plain `trainer.fit`. Resumes from
+    checkpoints/last.ckpt with --resume; `history` collects this session's validation records."""
+    devices, n_dev = parse_devices(opts.devices, opts.resolved("batch_size"))
+    trainer, precision = build_trainer(
+        run.path, max_steps=opts.resolved("max_steps"), devices=devices, n_devices=n_dev, num_nodes=opts.num_nodes,
+        accelerator=opts.accelerator, strategy=opts.ddp_strategy, precision=opts.precision,
+        val_every=opts.resolved("val_every"), val_batches=opts.resolved("val_batches"),
+        ckpt_every=opts.resolved("ckpt_every"), callbacks=list(callbacks), progress=opts.progress)
+    ckpt = run / CHECKPOINT
+    if opts.resume:
+        from .safeio import check_checkpoint
+
+        check_checkpoint(ckpt)
+    previous = run.read_json(META) if opts.resume and run.has(META) else {}
+    start = time.time()
+    if strategy is not None:
+        from nni.nas.evaluator.pytorch import Lightning
+
+        evaluator = Lightning(module, trainer, datamodule=datamodule,
+                              fit_kwargs={"ckpt_path": str(ckpt)} if opts.resume else None)
+        run_nas_experiment(space, evaluator, strategy, run.path)
+    else:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt) if opts.resume else None)
+    return FitResult(trainer, precision, previous.get("train_seconds", 0.0) + (time.time() - start),
+                     previous.get("validation", []) + list(history or []), previous)
+
+
+def common_meta(run: RunDir, opts: TrainOptions, result: FitResult, data) -> dict:
+    """The meta.json fields every training run has."""
+    return {
+        "kind": run.kind,
+        "run_dir": str(run.path),
+        "size": opts.size,
+        "seed": opts.seed,
+        "steps": result.trainer.global_step,
+        "train_seconds": result.train_seconds,
+        "validation": result.validation,
+        "data": {"path": str(data.path), "settings": data.settings, "stats": data.stats},
+        "tokenizer": "tokenizer",
+        "options": to_dict(opts),
+        "world_size": result.trainer.world_size,
+        "precision": result.precision,
+    }
 
 
 def in_nni_trial() -> bool:
@@ -155,7 +274,7 @@ def atomic_checkpoint_callback(run_dir: Path, every: int):
 
 def build_trainer(run_dir: Path, *, max_steps: int, devices, n_devices: int, accelerator: str, strategy: str | None,
                   precision: str | None, val_every: int, val_batches: int, ckpt_every: int, callbacks: list,
-                  progress: bool):
+                  progress: bool, num_nodes: int = 1):
     """NNI's traced Lightning Trainer with our conventions; returns (trainer, precision)."""
     import torch
     from nni.nas.evaluator.pytorch import Trainer
@@ -163,8 +282,8 @@ def build_trainer(run_dir: Path, *, max_steps: int, devices, n_devices: int, acc
 
     precision = precision or ("bf16-mixed" if torch.cuda.is_available() else "32-true")
     trainer = Trainer(
-        max_steps=max_steps, accelerator=accelerator, devices=devices, precision=precision,
-        strategy=strategy or ("ddp_find_unused_parameters_true" if n_devices > 1 else "auto"),
+        max_steps=max_steps, accelerator=accelerator, devices=devices, num_nodes=num_nodes, precision=precision,
+        strategy=strategy or ("ddp_find_unused_parameters_true" if n_devices * num_nodes > 1 else "auto"),
         val_check_interval=val_every, check_val_every_n_epoch=None, limit_val_batches=val_batches,
         num_sanity_val_steps=0,
         logger=[CSVLogger(run_dir / "logs", name="", version=_free_name(run_dir / "logs", "csv")),

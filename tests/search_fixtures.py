@@ -48,7 +48,8 @@ def build_tiny_supernet(run_dir: Path, data, spec: SpaceSpec | None = None, step
     """Write a supernet run directory (weights, space, config, tokenizer, meta.json) for `spec`."""
     from nni_lvbert.data.masking import mlm_collator
     from nni_lvbert.space import LVBertSpace
-    from nni_lvbert.supernet import rundir
+    from nni_lvbert.rundir import RunDir
+    from nni_lvbert.supernet.rundir import WEIGHTS
     from nni_lvbert.supernet.strategy import SeededRandomOneShot
 
     spec = spec or tiny_spec()
@@ -74,10 +75,11 @@ def build_tiny_supernet(run_dir: Path, data, spec: SpaceSpec | None = None, step
             out.loss.backward()
             opt.step()
         space.eval()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    rundir.save_static(run_dir, spec, cfg, data.tokenizer_dir)
-    rundir.save_weights(run_dir, space)
-    rundir.write_json_atomic(run_dir / "meta.json", {
+    run = RunDir(run_dir, "supernet")
+    run.path.mkdir(parents=True, exist_ok=True)
+    run.save_static(spec, cfg, data.tokenizer_dir)
+    run.save_weights(space, WEIGHTS)
+    run.write_json("meta.json", {
         "run_dir": str(run_dir), "space": spec.to_dict(), "size": "tiny-test", "seed": seed, "steps": steps,
         "data": {"path": str(data.path)}, "final_val_mlm_acc": None,
     })

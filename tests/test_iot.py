@@ -225,7 +225,8 @@ def data(tmp_path_factory):
 def supernet(tmp_path_factory, data):
     """A supernet run directory (4 slots, hidden 32) after 30 SPOS steps with a plain loop."""
     from nni_lvbert.data.masking import mlm_collator
-    from nni_lvbert.supernet import rundir
+    from nni_lvbert.rundir import RunDir
+    from nni_lvbert.supernet.rundir import WEIGHTS
 
     run = tmp_path_factory.mktemp("sn") / "supernet"
     space = supernet_space(vocab=data.vocab_size)
@@ -244,14 +245,15 @@ def supernet(tmp_path_factory, data):
         loss.backward()
         opt.step()
     run.mkdir(parents=True)
-    rundir.save_static(run, SPEC, space.config, data.tokenizer_dir)
-    rundir.save_weights(run, space)
-    rundir.write_json_atomic(run / "meta.json", {"size": "tiny", "data": {"path": str(data.path)}})
+    rd = RunDir(run, "supernet")
+    rd.save_static(SPEC, space.config, data.tokenizer_dir)
+    rd.save_weights(space, WEIGHTS)
+    rd.write_json("meta.json", {"size": "tiny", "data": {"path": str(data.path)}})
     return run
 
 
 def iot_args(run_dir, supernet, steps=12, *extra):
-    return ["iot", "train", "--supernet", str(supernet), "--run-dir", str(run_dir), "--max-steps", str(steps),
+    return ["iot", "train", "--supernet", str(supernet), "--out", str(run_dir), "--max-steps", str(steps),
             "--batch-size", "8", "--val-every", "6", "--val-batches", "2", "--ckpt-every", "3",
             "--warmup-steps", "2", "--lr", "3e-3", "--no-progress", *extra]
 
@@ -339,7 +341,7 @@ def test_from_scratch_on_a_space(tmp_path, data):
     space.write_text("name: s4\nslots: 4\ncandidates: [dc, sa, ff, glu]\nsize: tiny\n")
     run = tmp_path / "scratch"
     assert main(["iot", "train", "--space", str(space), "--data", str(data.path), "--orders", "sfcs", "cccc",
-                 "--run-dir", str(run), "--max-steps", "4", "--batch-size", "8", "--val-every", "4",
+                 "--out", str(run), "--max-steps", "4", "--batch-size", "8", "--val-every", "4",
                  "--val-batches", "1", "--no-progress"]) == 0
     meta = json.loads((run / "meta.json").read_text())
     assert meta["start"] == {"scratch": True} and meta["orders"] == ["sfcs", "cccc"]

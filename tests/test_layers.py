@@ -27,6 +27,11 @@ def test_shape_and_gradients(cfg, layer_type, n):
     assert x.grad.abs().sum() > 0
     for name, p in layer.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        if n == 1 and layer_type == "sa" and name.split(".")[0] in ("query", "key"):
+            # One token: softmax over one key is the constant 1, so query/key gradients are mathematically zero;
+            # whether rounding leaves exactly 0 or ~1e-10 depends on the CPU's kernels. Assert what is true.
+            assert p.grad.abs().max() < 1e-6, f"{layer_type}.{name}: gradient should vanish for one token"
+            continue
         assert p.grad.abs().sum() > 0, f"{layer_type}.{name} got no gradient"
 
 

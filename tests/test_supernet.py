@@ -40,7 +40,7 @@ def cache_dir(tmp_path_factory):
 
 
 def train_args(run_dir, space_file, cache_dir, steps=8, *extra):
-    return ["supernet", "train", "--run-dir", str(run_dir), "--space", str(space_file), "--size", "tiny",
+    return ["supernet", "train", "--out", str(run_dir), "--space", str(space_file), "--size", "tiny",
             "--max-docs", "120", "--cache-dir", str(cache_dir), "--max-steps", str(steps), "--batch-size", "8",
             "--val-every", "4", "--val-batches", "2", "--ckpt-every", "2", "--warmup-steps", "2", "--no-progress",
             "--record-paths", *extra]
@@ -62,7 +62,8 @@ def test_run_dir_contents_and_reload(trained):
     meta = json.loads((trained / "meta.json").read_text())
     assert meta["steps"] == 8 and len(meta["validation"]) == 2
     assert 0.0 <= meta["final_val_mlm_acc"] <= 1.0
-    space, spec, cfg, _ = load_supernet(trained)
+    sn = load_supernet(trained)
+    space, spec, cfg = sn.space, sn.spec, sn.cfg
     assert spec.slots == 6 and cfg.hidden_size == 64
     ckpt = torch.load(trained / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     for name, t in space.state_dict().items():
@@ -124,7 +125,8 @@ def test_resume_after_kill9_replays_the_uninterrupted_run(tmp_path, trained, spa
                                    run / "checkpoints" / "last.ckpt", 3, steps)
     assert killed_at is not None, "training finished before it could be killed"
     assert not (run / "supernet.safetensors").exists()
-    assert main(train_args(run, space_file, cache_dir, steps, "--resume")) == 0
+    # exactly the README's resume line: every option comes from the run directory
+    assert main(["supernet", "train", "--out", str(run), "--resume"]) == 0
 
     from safetensors.torch import load_file
 
@@ -149,6 +151,57 @@ def test_ddp_two_cpu_ranks_train_same_paths(tmp_path, space_file, cache_dir):
     from nni_lvbert.supernet.rundir import load_supernet
     from nni_lvbert.training import state_digest
 
-    space, *_ = load_supernet(run)
+    space = load_supernet(run).space
     assert state_digest(space) == r0["weights_sha256"]
     assert json.loads((run / "meta.json").read_text())["world_size"] == 2
+
+
+def test_resume_refuses_contradicting_options_and_allows_hardware_ones(tmp_path, trained, space_file, cache_dir,
+                                                                      capsys):
+    """On --resume a stored option given with another value is one line naming both; --devices etc. may change."""
+    import shutil
+
+    run = tmp_path / "copy"
+    shutil.copytree(trained, run)
+    capsys.readouterr()
+    for flag, value, stored in (("--size", "small", "size tiny"), ("--max-steps", "99", "max_steps 8"),
+                                ("--seed", "3", "seed 0"), ("--lr", "0.5", "lr 0.002"),
+                                ("--space", "lvbert", f"space {space_file}")):
+        assert main(["supernet", "train", "--out", str(run), "--resume", flag, value]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and f"{flag} {value}" in err[0] and stored in err[0], err
+    # the same value again, and options that may change between sessions, are accepted (nothing left to train)
+    assert main(["supernet", "train", "--out", str(run), "--resume", "--size", "tiny", "--max-steps", "8",
+                 "--devices", "1", "--accelerator", "cpu", "--no-progress"]) == 0
+    stored = json.loads((run / "options.json").read_text())
+    assert stored["size"] == "tiny" and stored["max_steps"] == 8 and stored["accelerator"] == "cpu"
+    assert not stored["progress"]
+
+
+def test_output_files_get_umask_permissions(trained):
+    mask = os.umask(0)
+    os.umask(mask)
+    for name in ("meta.json", "options.json", "model_config.json", "space.yaml", "supernet.safetensors"):
+        assert (trained / name).stat().st_mode & 0o777 == 0o666 & ~mask, name
+
+
+def test_data_seed_is_not_the_training_seed(tmp_path, trained, space_file, cache_dir):
+    """Supernets trained with other seeds score the same masked validation tokens (same prepared data)."""
+    other = tmp_path / "seed1"
+    assert main(train_args(other, space_file, cache_dir, 2, "--seed", "1")) == 0
+    a, b = (json.loads((r / "meta.json").read_text())["data"] for r in (trained, other))
+    assert a["path"] == b["path"] and a["settings"]["seed"] == b["settings"]["seed"] == 0
+    assert main(train_args(tmp_path / "ds", space_file, cache_dir, 2, "--data-seed", "5")) == 0
+    c = json.loads((tmp_path / "ds" / "meta.json").read_text())["data"]
+    assert c["path"] != a["path"] and c["settings"]["seed"] == 5
+
+
+def test_supernet_trains_on_prepared_data(tmp_path, trained, capsys):
+    data = json.loads((trained / "meta.json").read_text())["data"]["path"]
+    run = tmp_path / "d"
+    assert main(["supernet", "train", "--out", str(run), "--data", data, "--space", str(trained / "space.yaml"),
+                 "--size", "tiny", "--max-steps", "2", "--batch-size", "8", "--val-every", "2", "--val-batches", "1",
+                 "--no-progress"]) == 0
+    assert json.loads((run / "meta.json").read_text())["data"]["path"] == data
+    assert main(["supernet", "train", "--out", str(tmp_path / "e"), "--data", data, "--corpus", "x.txt"]) == 2
+    assert "--data gives prepared data" in capsys.readouterr().err

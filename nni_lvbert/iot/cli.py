@@ -5,25 +5,19 @@ import json
 
 
 def register(sub) -> None:
-    from ..supernet.cli import add_training_args
+    from ..cliargs import add_data_args, add_out_arg, add_training_args
     from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 
     p = sub.add_parser("iot", help="instance-wise layer order: route each sequence to one of M candidate orders")
     isub = p.add_subparsers(dest="iot_command", metavar="ACTION")
 
     t = isub.add_parser("train", help="train shared weights + order predictor (NNI one-shot strategy)")
-    t.add_argument("--run-dir", default="runs/iot", help="output directory (default runs/iot)")
+    add_out_arg(t, "runs/iot", "run directory")
     start = t.add_argument_group("start (one of)")
     start.add_argument("--supernet", default=None, metavar="RUN_DIR", help="start from a trained supernet run")
     start.add_argument("--space", default=None, help="train from scratch on this search space (name or YAML)")
     start.add_argument("--size", default=None, help="from scratch: tiny | small | medium | base (default: the space's)")
-    d = t.add_argument_group("data (default: the supernet's prepared data)")
-    d.add_argument("--data", default=None, metavar="DIR", help="a prepared data directory (`lvbert data prepare`)")
-    d.add_argument("--corpus", nargs="+", default=None, help="from scratch: corpus files/folder/glob or hub:NAME")
-    d.add_argument("--tokenizer", default=None, help="from scratch: existing tokenizer directory or vocab.txt")
-    d.add_argument("--cache-dir", default=None, help="data cache (default: $LVBERT_CACHE or ~/.cache/nni-lvbert)")
-    d.add_argument("--max-docs", type=int, default=None, help="from scratch: only the first N documents")
-    d.add_argument("--val-fraction", type=float, default=0.02, help="from scratch: held-out share of documents")
+    add_data_args(t.add_argument_group("data (default: the supernet's prepared data)"), scratch="from scratch: ")
     o = t.add_argument_group("candidate orders (one source; default: top-M of runs/search)")
     o.add_argument("--orders-from", default=None, metavar="SEARCH_DIR",
                    help="top-M distinct architectures of a search's history.jsonl")
@@ -61,14 +55,10 @@ def register(sub) -> None:
 
 
 def run_train(args) -> int:
+    from ..cliargs import options_from_args
     from .train import IOTOptions, train_iot
 
-    keys = ["run_dir", "supernet", "space", "size", "data", "corpus", "tokenizer", "cache_dir", "max_docs",
-            "val_fraction", "orders", "orders_from", "block", "m", "tau", "tau_min", "tau_decay", "tau_every", "c1",
-            "c2", "clamp", "gumbel", "seed", "lr", "warmup_steps", "max_steps", "batch_size", "dropout",
-            "weight_decay", "val_every", "val_batches", "ckpt_every", "accelerator", "devices", "strategy",
-            "precision", "num_workers", "resume", "overwrite"]
-    meta = train_iot(IOTOptions(**{k: getattr(args, k) for k in keys}, progress=not args.no_progress))
+    meta = train_iot(options_from_args(IOTOptions, args))
     if meta:
         f = meta["final"]
         print(json.dumps({"run_dir": meta["run_dir"], "steps": meta["steps"], "orders": meta["orders"],
@@ -83,7 +73,7 @@ def run_eval(args) -> int:
     from pathlib import Path
 
     from ..errors import UserError
-    from ..supernet.rundir import check_data_tokenizer, write_json_atomic
+    from ..rundir import RunDir
     from .evaluate import evaluate_iot
     from .rundir import load_iot
 
@@ -101,11 +91,11 @@ def run_eval(args) -> int:
     if data.vocab_size != model.config.vocab_size:
         raise UserError(f"data {data.path} has a {data.vocab_size}-token vocabulary, the model "
                         f"{model.config.vocab_size}")
-    check_data_tokenizer(args.run_dir, data.path)
+    RunDir(args.run_dir, "IOT").check_data_tokenizer(data.path)
     loader = MLMDataModule(data, batch_size=args.batch_size).val_dataloader()
     stats = evaluate_iot(model, loader, max_batches=args.val_batches, progress=not args.no_progress)
     stats = {"run_dir": str(args.run_dir), "data": str(data.path), **stats}
     if not args.no_save:
-        write_json_atomic(Path(args.run_dir) / "eval.json", stats)
+        RunDir(args.run_dir, "IOT").write_json("eval.json", stats)
     print(json.dumps(stats, indent=2))
     return 0

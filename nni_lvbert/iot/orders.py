@@ -6,17 +6,16 @@ supernet's per-slot modules, so slot i with type t is the same module in every o
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from pathlib import Path
 
 from ..arch import parse_arch, to_compact
 from ..config import LAYER_TYPES, TYPE_OF_LETTER, SpaceSpec
 from ..errors import UserError
+from ..search.history import HISTORY, read_history
 
 DEFAULT_M = 4
 DEFAULT_SEARCH_DIR = "runs/search"
-HISTORY = "history.jsonl"
 
 
 def check_m(m: int) -> None:
@@ -87,21 +86,6 @@ def block_orders(block: list[str], m: int, spec: SpaceSpec) -> list[list[str]]:
                 return orders
     raise UserError(f"block {','.join(block)} has only {len(orders)} distinct orders over {spec.slots} slots; "
                     f"asked for M={m}")
-
-
-def read_history(path: Path) -> list[dict]:
-    """history.jsonl records (one JSON object a line); blank and unreadable (e.g. torn last) lines are skipped."""
-    records = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            records.append(rec)
-    return records
 
 
 def history_orders(search_dir: str | Path, m: int, spec: SpaceSpec) -> tuple[list[list[str]], list[float]]:

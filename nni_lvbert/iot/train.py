@@ -6,16 +6,14 @@ results when running as an nnictl trial (whose tuner parameters, e.g. tau or c1,
 """
 from __future__ import annotations
 
-import json
-import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
 from ..errors import UserError
-from ..training import (TrainOptions, TrialReporter, apply_tuner_parameters, build_trainer, check_positive,
-                        in_nni_trial, launcher_is_rank_zero, parse_devices, run_nas_experiment)
+from ..training import (TrainOptions, TrialReporter, apply_tuner_parameters, begin, check_positive, common_meta,
+                        fit, in_nni_trial, open_run, parse_devices, prepare_data)
 from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 
 # options an nnictl tuner may set (search-space keys)
@@ -78,15 +76,16 @@ def _source(opts: IOTOptions):
     if opts.supernet:
         from ..supernet.rundir import load_supernet
 
-        for flag, v in (("--size", opts.size), ("--dropout", opts.dropout), ("--corpus", opts.corpus),
-                        ("--tokenizer", opts.tokenizer), ("--max-docs", opts.max_docs)):
+        sn = load_supernet(opts.supernet)
+        for flag, v in (("--size", opts.size if opts.size != sn.meta.get("size") else None),
+                        ("--dropout", opts.dropout), ("--corpus", opts.corpus), ("--tokenizer", opts.tokenizer),
+                        ("--max-docs", opts.max_docs)):
             if v is not None:
                 raise UserError(f"{flag} applies when training from scratch (--space); a supernet fixes it "
                                 "(use --data to give another prepared data directory)")
-        space, spec, cfg, meta = load_supernet(opts.supernet)
-        space.train()  # load_supernet hands it back in eval mode; Lightning keeps submodule modes as they are
-        opts.size = meta.get("size")  # the tiny preset for a tiny supernet
-        return space, spec, cfg, meta
+        sn.space.train()  # load_supernet hands it back in eval mode; Lightning keeps submodule modes as they are
+        opts.size = sn.meta.get("size")  # the tiny preset for a tiny supernet
+        return sn.space, sn.spec, sn.cfg, sn.meta
     if not opts.space:
         raise UserError("give --supernet RUN_DIR (start from a trained supernet) or --space NAME (train from scratch)")
     spec = load_space(opts.space)
@@ -98,14 +97,12 @@ def _source(opts: IOTOptions):
 
 def _data(opts: IOTOptions, cfg, smeta: dict | None):
     from ..data import PreparedData, prepare
-    from ..supernet.rundir import check_data_tokenizer
+    from ..rundir import RunDir
 
-    if opts.data:
-        data = PreparedData.load(opts.data)
-    elif smeta is None:
-        return prepare(corpus=opts.corpus, size=opts.size, vocab_size=None if opts.tokenizer else cfg.vocab_size,
-                       max_length=cfg.max_length, tokenizer=opts.tokenizer, val_fraction=opts.val_fraction,
-                       seed=opts.seed, cache_dir=opts.cache_dir, max_docs=opts.max_docs)
+    if opts.data or smeta is None:
+        data = prepare_data(opts, cfg)
+        if smeta is None:
+            return data
     else:
         path = (smeta.get("data") or {}).get("path")
         if path and Path(path).is_dir():
@@ -117,13 +114,13 @@ def _data(opts: IOTOptions, cfg, smeta: dict | None):
                 raise UserError(f"the supernet's data directory {path} is gone and {opts.supernet}/meta.json cannot "
                                 "rebuild it; pass --data PREPARED_DIR")
             data = prepare(corpus=so.get("corpus"), size=so.get("size") or "small", max_length=cfg.max_length,
-                           tokenizer=str(tok), val_fraction=so.get("val_fraction", 0.02), seed=so.get("seed", 0),
+                           tokenizer=str(tok), val_fraction=so.get("val_fraction", 0.02),
+                           seed=so.get("data_seed", so.get("seed", 0)),
                            cache_dir=opts.cache_dir or so.get("cache_dir"), max_docs=so.get("max_docs"))
-    if smeta is not None and data.vocab_size != cfg.vocab_size:
+    if data.vocab_size != cfg.vocab_size:
         raise UserError(f"data {data.path} has a {data.vocab_size}-token vocabulary but the supernet expects "
                         f"{cfg.vocab_size}")
-    if smeta is not None:
-        check_data_tokenizer(opts.supernet, data.path)
+    RunDir(opts.supernet, "supernet").check_data_tokenizer(data.path)
     return data
 
 
@@ -155,13 +152,12 @@ def _nni_metric(stats: dict) -> dict:
 
 def train_iot(opts: IOTOptions) -> dict:
     import pytorch_lightning as pl
-    from nni.nas.evaluator.pytorch import Lightning
 
     from ..arch import to_compact, to_dict
     from ..data import MLMDataModule
     from ..space import LVBertSpace
-    from ..supernet import rundir as srundir
     from ..supernet.lightning_module import MLMModule
+    from ..supernet.rundir import WEIGHTS
     from . import rundir
     from .evaluate import evaluate_iot
     from .orders import resolve_orders
@@ -170,92 +166,60 @@ def train_iot(opts: IOTOptions) -> dict:
 
     # validation statistics are reduced exactly over ranks before logging: Lightning's sync_dist hint is moot
     warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('(val_|tau)")
-    run_dir = Path(opts.run_dir)
     reporter = None
     if in_nni_trial():
         opts.hpo = apply_tuner_parameters(opts, HPO_KEYS, "IOT")
         reporter = TrialReporter()
-    if opts.resume and opts.overwrite:
-        raise UserError("--resume and --overwrite exclude each other")
+    opts = begin(opts, "iot")
     space, spec, cfg, smeta = _source(opts)
-    saved = run_dir / rundir.ORDERS
-    if opts.resume and saved.is_file() and not (opts.orders or opts.orders_from or opts.block):
-        orders, source = rundir.read_orders(run_dir, spec), json.loads(saved.read_text()).get("source", {})
+    if opts.resume:  # the stored options name the same order source; the stored orders are what ran
+        orders, source = rundir.read_orders(rundir.RunDir(opts.run_dir, "IOT"), spec)
     else:
         orders, source = resolve_orders(spec, opts.orders, opts.orders_from, opts.block, opts.m)
-    if opts.resume and saved.is_file():
-        before = json.loads(saved.read_text()).get("orders")
-        if before != [to_compact(o) for o in orders]:
-            raise UserError(f"cannot resume: {saved} holds other orders ({', '.join(before or [])}); "
-                            "give the same orders or use --overwrite")
     check_options(opts, len(orders))
     max_steps, batch_size = opts.resolved("max_steps"), opts.resolved("batch_size")
-    devices, n_dev = parse_devices(opts.devices, batch_size)
+    _, n_dev = parse_devices(opts.devices, batch_size)
 
-    if launcher_is_rank_zero():
-        srundir.prepare_run_dir(run_dir, opts.resume, opts.overwrite)
+    run = open_run(opts, "iot")
     pl.seed_everything(opts.seed, workers=True, verbose=False)
     data = _data(opts, cfg, smeta)
     if space is None:
         cfg.vocab_size = data.vocab_size
         space = LVBertSpace(spec, cfg)  # from scratch (mutated by the strategy)
-    if launcher_is_rank_zero():
-        srundir.save_static(run_dir, spec, cfg, data.tokenizer_dir)
-        rundir.save_orders(run_dir, orders, source)
+    if run.is_rank_zero:
+        run.save_static(spec, cfg, data.tokenizer_dir)
+        rundir.save_orders(run, orders, source)
     dm = MLMDataModule(data, batch_size=batch_size // n_dev, seed=opts.seed, num_workers=opts.num_workers)
 
     module = MLMModule(lr=opts.resolved("lr"), warmup_steps=opts.resolved("warmup_steps"), max_steps=max_steps,
                        weight_decay=opts.weight_decay)
     history: list[dict] = []
-    trainer, precision = build_trainer(
-        run_dir, max_steps=max_steps, devices=devices, n_devices=n_dev, accelerator=opts.accelerator,
-        strategy=opts.strategy, precision=opts.precision, val_every=opts.resolved("val_every"),
-        val_batches=opts.resolved("val_batches"), ckpt_every=opts.resolved("ckpt_every"),
-        callbacks=_callbacks(opts, run_dir, history, reporter), progress=opts.progress)
-    ckpt = run_dir / "checkpoints" / "last.ckpt"
-    evaluator = Lightning(module, trainer, datamodule=dm,
-                          fit_kwargs={"ckpt_path": str(ckpt)} if opts.resume else None)
     oneshot = IOTStrategy([to_dict(o) for o in orders], cfg.embedding_size, tau=opts.tau, tau_min=opts.tau_min,
                           tau_decay=opts.tau_decay, tau_every=opts.tau_every, c1=opts.c1, c2=opts.c2,
                           clamp=opts.clamp, gumbel=opts.gumbel, seed=opts.seed, predictor_dropout=cfg.dropout)
-
-    meta_file = run_dir / "meta.json"
-    previous = json.loads(meta_file.read_text()) if opts.resume and meta_file.is_file() else {}
-    start = time.time()
-    run_nas_experiment(space, evaluator, oneshot, run_dir)
-    train_seconds = previous.get("train_seconds", 0.0) + (time.time() - start)
-
+    result = fit(run, opts, module, dm, callbacks=_callbacks(opts, run.path, history, reporter), history=history,
+                 space=space, strategy=oneshot)
+    trainer = result.trainer
     if not trainer.is_global_zero:
         return {}
     predictor = trainer.lightning_module.predictor
     dm.val_batch_size = batch_size  # the final evaluation runs on rank 0 alone: global batches
-    srundir.save_weights(run_dir, space)
-    rundir.save_predictor(run_dir, predictor)
+    run.save_weights(space, WEIGHTS)
+    run.save_weights(predictor, rundir.PREDICTOR)
     model = IOTModel(space, predictor, orders, spec, cfg)
     final = evaluate_iot(model, dm.val_dataloader(), max_batches=opts.resolved("val_batches"))
     meta = {
-        "kind": "iot",
-        "run_dir": str(run_dir),
+        **common_meta(run, opts, result, data),
         "space": spec.to_dict(),
-        "size": opts.size,
-        "seed": opts.seed,
         "start": {"supernet": str(opts.supernet)} if opts.supernet else {"scratch": True},
         "orders": [to_compact(o) for o in orders],
         "orders_source": source,
         "iot": {"tau": opts.tau, "tau_min": opts.tau_min, "tau_decay": opts.tau_decay, "tau_every": opts.tau_every,
                 "c1": opts.c1, "c2": opts.c2, "clamp": opts.clamp, "gumbel": opts.gumbel},
-        "steps": trainer.global_step,
-        "train_seconds": train_seconds,
-        "validation": previous.get("validation", []) + history,
         "final": final,
         "final_val_mlm_acc": final["routed"]["val_mlm_acc"],
-        "data": {"path": str(data.path), "settings": data.settings, "stats": data.stats},
-        "tokenizer": "tokenizer",
-        "options": {k: v for k, v in asdict(opts).items()},
-        "world_size": trainer.world_size,
-        "precision": precision,
     }
-    srundir.write_json_atomic(run_dir / "meta.json", meta)
+    run.write_json("meta.json", meta)
     if reporter is not None:
         reporter.final(_nni_metric(final))
     return meta

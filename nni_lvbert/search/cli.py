@@ -5,43 +5,68 @@ import json
 import sys
 
 
-def _evolution_args(p) -> None:
+EVOLUTION_FLAGS = (("population", "P, random initial population"), ("iterations", "T, populations scored"),
+                   ("topk", "k"), ("crossover", "N_cro per generation"), ("mutation", "N_mut per generation"),
+                   ("mutation_prob", "per-slot mutation probability"))
+
+
+def add_evolution_args(p) -> None:
+    from .algorithm import EvolutionConfig
+
+    d = EvolutionConfig()
     g = p.add_argument_group("Algorithm 1 (LV-BERT; the budget P + (T-1)(N_cro + N_mut) applies to every strategy)")
-    g.add_argument("--population", type=int, default=50, help="P, random initial population (default 50)")
-    g.add_argument("--iterations", type=int, default=20, help="T, populations scored (default 20)")
-    g.add_argument("--topk", type=int, default=10, help="k (default 10)")
-    g.add_argument("--crossover", type=int, default=25, help="N_cro per generation (default 25)")
-    g.add_argument("--mutation", type=int, default=25, help="N_mut per generation (default 25)")
-    g.add_argument("--mutation-prob", type=float, default=0.1, help="per-slot mutation probability (default 0.1)")
+    for name, what in EVOLUTION_FLAGS:
+        g.add_argument(f"--{name.replace('_', '-')}", type=type(getattr(d, name)), default=getattr(d, name),
+                       help=f"{what} (default {getattr(d, name)})")
+
+
+def evolution_from_args(args):
+    from .algorithm import EvolutionConfig
+
+    return EvolutionConfig(**{name: getattr(args, name) for name, _ in EVOLUTION_FLAGS})
+
+
+def add_search_strategy_arg(p) -> None:
+    from ..cliargs import DeprecatedAlias
+
+    p.add_argument("--search", "--strategy", dest="strategies", nargs="+", default=["evolution"], metavar="NAME",
+                   action=DeprecatedAlias, old="--strategy", new="--search",
+                   help="search strategies: evolution (LV-BERT Algorithm 1), regularized-evolution, random (NNI); "
+                        "several run one after another into one plot (default evolution)")
 
 
 def register(sub) -> None:
+    from ..cliargs import add_out_arg, add_resume_args
+    from .run import SearchOptions
+
+    d = SearchOptions()
     p = sub.add_parser("search", help="architecture search over a trained supernet (evolution, baselines, nnictl)")
     ssub = p.add_subparsers(dest="search_command", metavar="ACTION")
 
     r = ssub.add_parser("run", help="search in process: best_arch.json, history.jsonl, search_curve.png")
-    r.add_argument("--supernet", default="runs/supernet", help="supernet run directory (default runs/supernet)")
-    r.add_argument("--strategy", nargs="+", default=["evolution"], metavar="NAME",
-                   help="evolution | regularized-evolution | random; several run one after another (default evolution)")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--out", default="runs/search", help="output directory (default runs/search)")
+    r.add_argument("--supernet", default=d.supernet, help=f"supernet run directory (default {d.supernet})")
+    add_search_strategy_arg(r)
+    r.add_argument("--seed", type=int, default=d.seed)
+    add_out_arg(r, d.out)
     r.add_argument("--space", default=None, help="expected search space (checked against the supernet's)")
-    _evolution_args(r)
+    add_evolution_args(r)
     c = r.add_argument_group("constraints (candidates outside are never evaluated)")
     c.add_argument("--max-params", type=int, default=None, help="max backbone parameters at the supernet's size")
     c.add_argument("--max-flops", type=int, default=None, help="max backbone FLOPs per max_length sequence")
     s = r.add_argument_group("scoring")
-    s.add_argument("--val-tokens", type=int, default=16384, help="validation tokens per candidate (default 16384)")
-    s.add_argument("--batch-size", type=int, default=64, help="validation sequences per batch (default 64)")
+    s.add_argument("--val-tokens", type=int, default=d.val_tokens,
+                   help=f"validation tokens per candidate (default {d.val_tokens})")
+    s.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help=f"validation sequences per batch (default {d.batch_size})")
     s.add_argument("--data", default=None, help="prepared data directory (default: the one in the supernet's meta.json)")
-    s.add_argument("--no-prefix-cache", action="store_true", help="recompute every candidate from the embeddings")
-    s.add_argument("--cache-mb", type=int, default=1024, help="memory for cached prefix activations (default 1024)")
+    s.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
+                   help="recompute every candidate from the embeddings")
+    s.add_argument("--cache-mb", type=int, default=d.cache_mb,
+                   help=f"memory for cached prefix activations (default {d.cache_mb})")
     s.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    s.add_argument("--device", default="auto", help="auto (GPU if visible) | cpu | cuda[:N] | mps (default auto)")
-    m = r.add_mutually_exclusive_group()
-    m.add_argument("--resume", action="store_true", help="continue an interrupted search in --out")
-    m.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
-    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.add_argument("--device", default=d.device, help="auto (GPU if visible) | cpu | cuda[:N] | mps (default auto)")
+    add_resume_args(r, "continue an interrupted search in --out with its stored options")
+    r.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     r.set_defaults(func=run_cmd)
 
     sc = ssub.add_parser("score", help="inherited-weight MLM accuracy of one architecture")
@@ -57,10 +82,16 @@ def register(sub) -> None:
     sj.add_argument("--space", default="lvbert", help="search-space name or YAML (default lvbert)")
     sj.set_defaults(func=space_json_cmd)
 
-    n = ssub.add_parser("nnictl", help="run experiments/search.yml with nnictl (web UI on 127.0.0.1)")
-    n.add_argument("--config", default=None, help="nnictl config (default experiments/search.yml)")
-    n.add_argument("--resume", default=None, metavar="ID",
-                   help="resume a stopped experiment instead (only --port/--host apply): nothing is scored twice")
+    n = ssub.add_parser("nnictl", help="run the search.yml nnictl experiment (web UI on 127.0.0.1), or resume one",
+                        description="`lvbert search nnictl [create] ...` starts the search as an nnictl experiment; "
+                                    "`lvbert search nnictl resume ID` resumes a stopped one (only --port/--host "
+                                    "apply): nothing is scored twice.")
+    n.add_argument("action", nargs="?", choices=["create", "resume"], default="create",
+                   help="create (default) or resume ID")
+    n.add_argument("experiment_id", nargs="?", default=None, metavar="ID", help="the experiment to resume")
+    n.add_argument("--config", default=None, help="nnictl config (default: the packaged search.yml)")
+    n.add_argument("--resume", dest="resume_id", default=None, metavar="ID",
+                   help="deprecated spelling of `resume ID`")
     n.add_argument("--supernet", default="runs/supernet")
     n.add_argument("--port", type=int, default=8080)
     n.add_argument("--host", default="127.0.0.1", help="interface for the web UI / REST API (default 127.0.0.1)")
@@ -89,19 +120,13 @@ def register(sub) -> None:
 
 
 def run_cmd(args) -> int:
-    from .algorithm import EvolutionConfig
+    from ..cliargs import options_from_args
     from .run import SearchOptions, run_search
 
-    opts = SearchOptions(
-        supernet=args.supernet, strategies=args.strategy, seed=args.seed, out=args.out,
-        evolution=EvolutionConfig(population=args.population, iterations=args.iterations, topk=args.topk,
-                                  crossover=args.crossover, mutation=args.mutation, mutation_prob=args.mutation_prob),
-        max_params=args.max_params, max_flops=args.max_flops, val_tokens=args.val_tokens, batch_size=args.batch_size,
-        data=args.data, space=args.space, prefix_cache=not args.no_prefix_cache, cache_mb=args.cache_mb,
-        threads=args.threads, device=args.device, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
-    )
+    opts = options_from_args(SearchOptions, args, renames={"out": "out"}, evolution=evolution_from_args(args))
+    opts.given = sorted(set(opts.given) | (args.given & {name for name, _ in EVOLUTION_FLAGS}))
     result = run_search(opts)
-    print(json.dumps({"best_arch": f"{args.out}/best_arch.json", "compact": result["compact"],
+    print(json.dumps({"best_arch": f"{opts.out}/best_arch.json", "compact": result["compact"],
                       "score": round(result["score"], 6), "strategy": result["strategy"],
                       "strategies": {k: {"score": round(v["score"], 6), "evaluations": v["evaluations"],
                                          "seconds": v["seconds"]} for k, v in result["strategies"].items()}}))
@@ -125,8 +150,18 @@ def space_json_cmd(args) -> int:
 def nnictl_cmd(args) -> int:
     from .nnictl import DEFAULT_CONFIG, create, resume
 
-    if args.resume:
+    from ..errors import UserError
+
+    if args.resume_id:
+        print("note: --resume ID is deprecated; use `lvbert search nnictl resume ID`", file=sys.stderr)
+        args.action, args.experiment_id = "resume", args.resume_id
+    if args.action == "resume":
+        if not args.experiment_id:
+            raise UserError("give the experiment to resume: lvbert search nnictl resume ID")
+        args.resume = args.experiment_id
         return resume(args)
+    if args.experiment_id:
+        raise UserError(f"unexpected argument {args.experiment_id!r}: only `resume` takes an experiment ID")
     args.config = args.config or str(DEFAULT_CONFIG)
     return create(args)
 

@@ -13,7 +13,6 @@ scores of everything already evaluated (nothing is scored twice), and new candid
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -23,10 +22,9 @@ from pathlib import Path
 
 from ..arch import to_compact, to_dict
 from ..errors import UserError
-from ..supernet.rundir import check_output_dir
+from ..rundir import RunDir, check_output_dir
 from .algorithm import EvolutionConfig
-
-HISTORY = "history.jsonl"
+from .history import HISTORY, History
 BEST = "best_arch.json"
 SETTINGS = "search.json"
 PLOT = "search_curve.png"
@@ -35,6 +33,11 @@ STRATEGY_NAMES = ("evolution", "regularized-evolution", "random")
 
 @dataclass
 class SearchOptions:
+    # may differ between the sessions of one search (how it is computed, not what): any other option given on
+    # --resume must equal the stored one
+    MAY_CHANGE = frozenset({"device", "threads", "progress", "cache_mb", "prefix_cache", "out"})
+    FLAGS = {"strategies": "--search", "progress": "--no-progress", "prefix_cache": "--no-prefix-cache"}
+
     supernet: str = "runs/supernet"
     strategies: list[str] = field(default_factory=lambda: ["evolution"])
     seed: int = 0
@@ -53,45 +56,7 @@ class SearchOptions:
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
-
-
-class History:
-    """history.jsonl: append-only, one JSON object per line; a torn last line (killed mid-write) is dropped."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.records: list[dict] = []
-        if path.is_file():
-            text = path.read_text()
-            lines = text.split("\n")
-            good = []
-            for line in lines:
-                if not line.strip():
-                    continue
-                try:
-                    good.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break  # torn tail
-            self.records = good
-            clean = "".join(json.dumps(r) + "\n" for r in good)
-            if clean != text:
-                path.write_text(clean)
-        self._f = None
-
-    def by_strategy(self, name: str) -> list[dict]:
-        return [r for r in self.records if r["strategy"] == name]
-
-    def append(self, record: dict) -> None:
-        if self._f is None:
-            self._f = self.path.open("a")
-        self._f.write(json.dumps(record) + "\n")
-        self._f.flush()
-        self.records.append(record)
-
-    def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+    given: list[str] | None = field(default=None, compare=False)  # options typed on the command line
 
 
 def _check_space(spec, expected: str | None, run_dir) -> None:
@@ -123,6 +88,13 @@ def settings_of(opts: SearchOptions, scorer) -> dict:
 def run_search(opts: SearchOptions, log=None) -> dict:
     """Run every strategy in `opts.strategies` with the same budget; returns best_arch.json's content."""
     log = log or (lambda msg: print(msg, file=sys.stderr))
+    out = RunDir(opts.out, "search")
+    if opts.resume and not opts.overwrite:
+        from ..options import resume_from
+
+        check_output_dir(out.path, True, False, SETTINGS, what="output directory")
+        opts = resume_from(opts, out.read_json(SETTINGS).get("options"), out.path, may_change=opts.MAY_CHANGE,
+                           flags=opts.FLAGS)
     opts.evolution.validate()
     unknown = [s for s in opts.strategies if s not in STRATEGY_NAMES]
     if unknown or not opts.strategies:
@@ -133,8 +105,8 @@ def run_search(opts: SearchOptions, log=None) -> dict:
         v = getattr(opts, name)
         if v is not None and v < 1:
             raise UserError(f"--{name.replace('_', '-')} must be positive, got {v}")
-    out = Path(opts.out)
-    check_output_dir(out, opts.resume, opts.overwrite, SETTINGS, what="output directory")
+    check_output_dir(out.path, opts.resume, opts.overwrite, SETTINGS, what="output directory")
+    out = out.path
     supernet = Path(opts.supernet)
     if not supernet.is_dir():
         raise UserError(f"supernet directory not found: {supernet}")
@@ -148,9 +120,8 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     from ..supernet.rundir import load_supernet
 
     loaded = load_supernet(supernet)
-    _check_space(loaded[1], opts.space, supernet)
-    loaded[3].setdefault("run_dir", str(supernet))
-    cost = CostModel(loaded[2], loaded[1])
+    _check_space(loaded.spec, opts.space, supernet)
+    cost = CostModel(loaded.cfg, loaded.spec)
     accept_types = cost.constraint(opts.max_params, opts.max_flops)  # raises when a bound is impossible
     scorer = SupernetScorer(loaded, val_tokens=opts.val_tokens, batch_size=opts.batch_size, data=opts.data,
                             prefix_cache=opts.prefix_cache, cache_mb=opts.cache_mb, keep=opts.evolution.topk,
@@ -159,7 +130,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
 
     # everything checked: only now touch the output directory
     if opts.resume:
-        previous = json.loads((out / SETTINGS).read_text())
+        previous = RunDir(out, "search").read_json(SETTINGS)
         diff = [k for k in settings if previous.get("settings", {}).get(k) != settings[k]]
         if diff:
             raise UserError(f"cannot resume {out}: the search settings differ ({', '.join(diff)}); "
@@ -170,9 +141,11 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     for stale in (BEST, PLOT):  # a resumed or replaced search rewrites them at the end
         (out / stale).unlink(missing_ok=True)
-    from ..supernet.rundir import write_json_atomic
+    from ..options import to_dict as options_dict
+    from ..rundir import write_json_atomic
 
-    write_json_atomic(out / SETTINGS, {"settings": settings, "strategies": opts.strategies})
+    write_json_atomic(out / SETTINGS, {"settings": settings, "strategies": opts.strategies,
+                                       "options": options_dict(opts)})
     history = History(out / HISTORY)
     for r in history.records:  # known scores are never recomputed
         scorer.scores.setdefault(r["arch"], r["score"])
@@ -206,8 +179,8 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     best = summary[best_name]
     result = _best_arch(best, best_name, opts, scorer, cost, summary)
     _plot(history.records, opts.strategies, out / PLOT, opts.evolution)
-    write_json_atomic(out / SETTINGS, {"settings": settings, "strategies": opts.strategies, "summary": summary,
-                                       "scorer": scorer.stats()})
+    write_json_atomic(out / SETTINGS, {"settings": settings, "strategies": opts.strategies,
+                                       "options": options_dict(opts), "summary": summary, "scorer": scorer.stats()})
     write_json_atomic(out / BEST, result)
     return result
 

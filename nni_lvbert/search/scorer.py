@@ -68,7 +68,7 @@ def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: 
     """The first validation sequences with at least `val_tokens` tokens in all (or the whole split), batched.
     With `run_dir`, the data must have been tokenized with that run's tokenizer."""
     from ..data import PreparedData
-    from ..supernet.rundir import check_data_tokenizer
+    from ..rundir import RunDir
 
     if val_tokens < 1:
         raise UserError(f"--val-tokens must be at least 1, got {val_tokens}")
@@ -81,7 +81,7 @@ def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: 
     if vocab_size is not None and data.vocab_size != vocab_size:
         raise UserError(f"{path} has a {data.vocab_size}-token vocabulary but the supernet has {vocab_size}")
     if run_dir is not None:
-        check_data_tokenizer(run_dir, path)
+        RunDir(run_dir, "supernet").check_data_tokenizer(path)
     ds = data.val_dataset()
     rows, tokens = [], 0
     chunk = 256
@@ -192,8 +192,8 @@ class PrefixCache:
 class SupernetScorer:
     """MLM accuracy of architectures with inherited supernet weights.
 
-    `supernet` is a run directory or the tuple returned by `rundir.load_supernet`; `data` overrides the prepared
-    data directory recorded in the run's meta.json. `device`: see `resolve_device`; cached prefixes live there too.
+    `supernet` is a run directory or a loaded `Supernet`; `data` overrides the prepared data directory recorded
+    in the run's meta.json. `device`: see `resolve_device`; cached prefixes live there too.
     """
 
     def __init__(self, supernet, *, val_tokens: int = 16384, batch_size: int = 64, data=None,
@@ -201,11 +201,9 @@ class SupernetScorer:
         from ..supernet.rundir import load_supernet
 
         if isinstance(supernet, (str, Path)):
-            self.run_dir = str(supernet)
-            space, spec, cfg, meta = load_supernet(supernet)
-        else:
-            space, spec, cfg, meta = supernet
-            self.run_dir = meta.get("run_dir")
+            supernet = load_supernet(supernet)
+        self.run_dir = str(supernet.path)
+        space, spec, cfg, meta = supernet.space, supernet.spec, supernet.cfg, supernet.meta
         self.device = resolve_device(device)
         self.space, self.spec, self.cfg, self.meta = space.to(self.device).eval(), spec, cfg, meta
         self.labels = [slot_label(i) for i in range(spec.slots)]

@@ -1,0 +1,100 @@
+"""Command-line options shared by the commands, with their defaults taken from the options dataclasses.
+
+One spelling per meaning: `--out` is every command's output directory (`--run-dir` is its old spelling),
+`--ddp-strategy` the Lightning strategy and `--search` the search strategies (both once spelled `--strategy`).
+Old spellings still work for one release and print a deprecation note.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from .training import DATA_SEED, VAL_FRACTION, TrainOptions
+
+_DEFAULTS = TrainOptions()
+
+
+class DeprecatedAlias(argparse.Action):
+    """Stores like the wrapped action but notes on stderr when the old spelling (`old`) was used."""
+
+    def __init__(self, option_strings, dest, old: str, new: str, store_const=None, **kwargs):
+        self.old, self.new, self.store_const = old, new, store_const
+        if store_const is not None:
+            kwargs["nargs"] = 0
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string == self.old:
+            print(f"note: {self.old} is deprecated; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, self.store_const if self.store_const is not None else values)
+
+
+def add_out_arg(p, default: str, help_: str = "output directory") -> None:
+    p.add_argument("--out", "--run-dir", dest="out", default=default, action=DeprecatedAlias, old="--run-dir",
+                   new="--out", metavar="DIR", help=f"{help_} (default {default})")
+
+
+def add_data_args(p, scratch: str = "") -> None:
+    """Where the training text comes from: a prepared directory, or a corpus (+ tokenizer) prepared and cached."""
+    p.add_argument("--data", default=None, metavar="DIR", help="a prepared data directory (`lvbert data prepare`)")
+    p.add_argument("--corpus", nargs="+", default=None,
+                   help=f"{scratch}text/jsonl/parquet files, folder or glob, or a Hugging Face hub dataset "
+                        "NAME[:CONFIG] (hf:NAME forces the hub; online only) (default: embedded corpus)")
+    p.add_argument("--tokenizer", default=None, help=f"{scratch}existing tokenizer directory or vocab.txt "
+                                                     "(default: train one)")
+    p.add_argument("--cache-dir", default=None, help="data cache (default: $LVBERT_CACHE or ~/.cache/nni-lvbert)")
+    p.add_argument("--max-docs", type=int, default=None, help=f"{scratch}use only the first N documents (quick runs)")
+    p.add_argument("--val-fraction", type=float, default=VAL_FRACTION,
+                   help=f"{scratch}held-out share of documents (default {VAL_FRACTION})")
+    p.add_argument("--data-seed", type=int, default=DATA_SEED,
+                   help=f"seed of the fixed validation masking (default {DATA_SEED}; keep it to compare runs)")
+
+
+def add_training_args(t, title: str, dropout_help: str | None = None) -> None:
+    """Optimisation, hardware and resume options shared by the Lightning trainings (supernet, IOT, ...)."""
+    g = t.add_argument_group(title)
+    g.add_argument("--lr", type=float, default=None)
+    g.add_argument("--warmup-steps", type=int, default=None)
+    g.add_argument("--max-steps", type=int, default=None)
+    g.add_argument("--batch-size", type=int, default=None, help="global batch size (split over devices)")
+    g.add_argument("--dropout", type=float, default=None, help=dropout_help)
+    g.add_argument("--weight-decay", type=float, default=_DEFAULTS.weight_decay)
+    g.add_argument("--val-every", type=int, default=None, help="validate every N steps")
+    g.add_argument("--val-batches", type=int, default=None, help="validation batches per check")
+    g.add_argument("--ckpt-every", type=int, default=None, help="write checkpoints/last.ckpt every N steps")
+    h = t.add_argument_group("hardware (Lightning; may change when resuming)")
+    h.add_argument("--accelerator", default=_DEFAULTS.accelerator, help="cpu | gpu | auto")
+    h.add_argument("--devices", default=_DEFAULTS.devices, help="devices per node (DDP when > 1)")
+    h.add_argument("--num-nodes", type=int, default=_DEFAULTS.num_nodes, help="nodes (torchrun / SLURM)")
+    h.add_argument("--ddp-strategy", "--strategy", dest="ddp_strategy", default=None, action=DeprecatedAlias,
+                   old="--strategy", new="--ddp-strategy",
+                   help="Lightning strategy (default ddp_find_unused_parameters_true with more than one device)")
+    h.add_argument("--precision", default=None, help="32-true | bf16-mixed (default bf16-mixed on GPU)")
+    h.add_argument("--num-workers", type=int, default=_DEFAULTS.num_workers)
+    add_resume_args(t, "continue from checkpoints/last.ckpt with the run directory's options")
+    t.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def add_resume_args(p, resume_help: str) -> None:
+    r = p.add_mutually_exclusive_group()
+    r.add_argument("--resume", action="store_true", help=resume_help)
+    r.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
+
+
+def options_from_args(cls, args, renames: dict[str, str] | None = None, **extra):
+    """`cls` (an options dataclass) from parsed args: every field with a same-named (or renamed) argument, plus
+    `given` = the fields typed on the command line (what a resumed run checks against its stored options)."""
+    renames = {"out": "run_dir", **(renames or {})}
+    fields = {f.name for f in dataclasses.fields(cls)}
+    values, given = {}, []
+    for dest, value in vars(args).items():
+        name = renames.get(dest, dest)
+        if name in fields and name != "given":
+            values[name] = value
+            if dest in getattr(args, "given", ()):
+                given.append(name)
+    values.update(extra)
+    if "given" in fields:
+        values["given"] = sorted(given)
+    return cls(**values)

@@ -1,0 +1,167 @@
+"""Where a command's options come from: the command line, the run directory (--resume) and rank 0 (DDP).
+
+- **Given options.** `lvbert` records which options the user typed (`args.given`, see `given_dests`); an API
+  caller that builds an options dataclass by hand gives whatever differs from the field defaults.
+- **Resume.** A resumed run takes every option from the run directory; an option given again with another value
+  is one `error:` line naming both values, unless the option is one that may change between sessions
+  (`MAY_CHANGE`: devices, progress, ...).
+- **DDP ranks.** Lightning's DDP launcher re-runs the command line for ranks > 0. Rank 0 publishes the options it
+  settled on in the environment its children inherit (`publish`), and every other rank adopts them (`adopt`)
+  instead of re-checking (or, worse, re-creating) the run directory rank 0 has just made.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from typing import Any
+
+from .errors import UserError
+
+RANK0_ENV = "LVBERT_RANK0_OPTIONS"
+
+
+def launcher_is_rank_zero() -> bool:
+    """True in the process that started the run (Lightning/torchrun children have a non-zero rank env)."""
+    return all(int(os.environ.get(v, "0")) == 0 for v in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+
+
+# --- command line ---------------------------------------------------------------------------------------------
+def _leaf_parsers(parser: argparse.ArgumentParser, args) -> list[argparse.ArgumentParser]:
+    """The chain of parsers (root, subcommand, action...) that parsed `args`."""
+    chain = [parser]
+    while True:
+        sub = next((a for a in chain[-1]._actions if isinstance(a, argparse._SubParsersAction)), None)
+        name = getattr(args, sub.dest, None) if sub is not None else None
+        if name is None or name not in sub.choices:
+            return chain
+        chain.append(sub.choices[name])
+
+
+def given_dests(parser: argparse.ArgumentParser, args, argv: list[str]) -> set[str]:
+    """Destinations of the options typed on the command line (exact, `--opt=value`, or an unambiguous prefix)."""
+    given: set[str] = set()
+    tokens = [t.split("=", 1)[0] for t in argv if t.startswith("-") and t != "--"]
+    for p in _leaf_parsers(parser, args):
+        optionals = [a for a in p._actions if a.option_strings]
+        strings = [s for a in optionals for s in a.option_strings]
+        for tok in tokens:
+            exact = [a for a in optionals if tok in a.option_strings]
+            if exact:
+                given.add(exact[0].dest)
+                continue
+            prefixed = {a.dest for a in optionals for s in a.option_strings if s.startswith(tok) and s.startswith("--")}
+            if len(prefixed) == 1 and tok.startswith("--") and not any(s == tok for s in strings):
+                given |= prefixed
+    return given
+
+
+# --- options dataclasses ----------------------------------------------------------------------------------------
+def flag(name: str, flags: dict | None = None) -> str:
+    return (flags or {}).get(name) or "--" + name.replace("_", "-")
+
+
+def to_dict(opts) -> dict:
+    """The options as stored in a run directory (JSON-safe; `given` is not an option)."""
+    d = dataclasses.asdict(opts)
+    d.pop("given", None)
+    return d
+
+
+def given_fields(opts) -> set[str]:
+    """Options set by the user: `opts.given` when the CLI filled it, else those differing from the defaults."""
+    if getattr(opts, "given", None) is not None:
+        return set(opts.given)
+    out = set()
+    for f in dataclasses.fields(opts):
+        if f.name == "given":
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        if getattr(opts, f.name) != default:
+            out.add(f.name)
+    return out
+
+
+def _from_dict(opts, stored: dict):
+    """A copy of `opts` with the stored values (nested option dataclasses rebuilt from their dicts)."""
+    values = {}
+    for f in dataclasses.fields(opts):
+        if f.name not in stored or f.name == "given":
+            continue
+        v, current = stored[f.name], getattr(opts, f.name)
+        if dataclasses.is_dataclass(current) and isinstance(v, dict):
+            v = dataclasses.replace(current, **v)
+        values[f.name] = v
+    return dataclasses.replace(opts, **values)
+
+
+def _value(opts, name: str) -> Any:
+    resolved = getattr(opts, "resolved", None)
+    if resolved is not None and name in getattr(opts, "PRESETS", {}).get("paper", {}):
+        return resolved(name)
+    return getattr(opts, name)
+
+
+def resume_from(opts, stored: dict | None, where, *, may_change=(), flags: dict | None = None,
+                always_current=("resume", "overwrite")):
+    """`opts` for resuming the run in `where`: the stored options, with given options checked against them.
+
+    A given option that contradicts the stored value is one `error:` line naming both values; options in
+    `may_change` take the given value; `always_current` (resume/overwrite) always come from `opts`."""
+    if stored is None:
+        raise UserError(f"cannot resume {where}: it holds no stored options (made by an older nni-lvbert?); "
+                        "start it again with --overwrite")
+    given = given_fields(opts)
+    saved = _from_dict(opts, stored)
+    nested = {f.name for f in dataclasses.fields(opts) if dataclasses.is_dataclass(getattr(opts, f.name))}
+    for name in nested:  # e.g. search's EvolutionConfig: checked field by field, always the stored values
+        mine, theirs = getattr(opts, name), getattr(saved, name)
+        for field in sorted(given_fields_of_nested(opts, name)):
+            a, b = getattr(mine, field), getattr(theirs, field)
+            if a != b:
+                raise UserError(f"{flag(field, flags)} {_show(a)} contradicts {where} ({field} {_show(b)}); "
+                                "drop the option to resume, or start again with --overwrite")
+    updates = {}
+    for name in sorted(given - set(always_current) - nested):
+        if not hasattr(saved, name):
+            continue
+        merged = dataclasses.replace(saved, **{name: getattr(opts, name)})
+        if name in may_change or _value(merged, name) == _value(saved, name):
+            updates[name] = getattr(opts, name)
+            continue
+        raise UserError(f"{flag(name, flags)} {_show(getattr(opts, name))} contradicts {where} "
+                        f"({name} {_show(_value(saved, name))}); drop the option to resume, or start again with "
+                        "--overwrite")
+    updates.update({k: getattr(opts, k) for k in always_current if hasattr(opts, k)})
+    if hasattr(opts, "given"):
+        updates["given"] = opts.given
+    return dataclasses.replace(saved, **updates)
+
+
+def given_fields_of_nested(opts, name: str) -> set[str]:
+    """Given fields of a nested option dataclass: the CLI lists them in `opts.given` by their own names."""
+    nested = getattr(opts, name)
+    if getattr(opts, "given", None) is not None:
+        return {f.name for f in dataclasses.fields(nested)} & set(opts.given)
+    default = type(nested)()
+    return {f.name for f in dataclasses.fields(nested) if getattr(nested, f.name) != getattr(default, f.name)}
+
+
+def _show(v) -> str:
+    return " ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+
+
+# --- DDP ranks --------------------------------------------------------------------------------------------------
+def publish(kind: str, opts) -> None:
+    """Rank 0: hand the settled options to the ranks Lightning's launcher starts (they inherit the environment)."""
+    published = json.loads(os.environ.get(RANK0_ENV, "{}"))
+    published[kind] = to_dict(opts)
+    os.environ[RANK0_ENV] = json.dumps(published)
+
+
+def adopt(kind: str, opts):
+    """Rank > 0: rank 0's options for this stage (unchanged when rank 0 published none, e.g. under torchrun)."""
+    stored = json.loads(os.environ.get(RANK0_ENV, "{}")).get(kind)
+    return _from_dict(opts, stored) if stored else opts

@@ -1,0 +1,225 @@
+"""Run directories: the one type every stage (supernet, IOT, search, pipeline) writes and reads its outputs with.
+
+Common files (each stage adds its own):
+
+    options.json           the options the run was started with (rank 0 writes it first; --resume reads it back)
+    space.yaml             the search space
+    model_config.json      ModelConfig
+    tokenizer/             copy of the tokenizer (PreTrainedTokenizerFast directory)
+    meta.json              written when the run finishes: data, seed, steps, validation history, timings
+    checkpoints/last.ckpt  Lightning checkpoint for --resume (training stages)
+    logs/                  CSV + TensorBoard logs (training stages)
+
+Every file is written to a temp file and renamed (a kill never leaves half a file), with the permissions of a
+normally created file (umask), and a directory is refused when non-empty unless the run is resumed or overwritten.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .errors import UserError
+
+OPTIONS = "options.json"
+META = "meta.json"
+CHECKPOINT = "checkpoints/last.ckpt"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temp file + rename; the file gets the umask's permissions (not mkstemp's 0600)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, data) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+
+
+def read_json(path: Path, what: str | None = None) -> dict:
+    """A JSON object from `path`, or one clear line when it is missing or damaged."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{what or 'file'} not found: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path} is damaged ({type(exc).__name__}); the run directory cannot be used") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} is damaged (not a JSON object)")
+    return data
+
+
+def check_output_dir(out: Path, resume: bool, overwrite: bool, resume_marker: str, what: str = "run directory") -> bool:
+    """Refuse a non-empty directory unless resuming (needs `resume_marker` inside) or overwriting.
+    Returns True when the directory holds something `--overwrite` is to replace."""
+    out = Path(out)
+    if resume and overwrite:
+        raise UserError("--resume and --overwrite exclude each other")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{what} {out} is a file")
+    non_empty = out.is_dir() and any(out.iterdir())
+    if resume:
+        if not (out / resume_marker).is_file():
+            raise UserError(f"nothing to resume in {out}: no {resume_marker}")
+        return False
+    if non_empty and not overwrite:
+        raise UserError(f"{what} {out} is not empty; pass --resume to continue it or --overwrite to replace it")
+    return non_empty
+
+
+class RunDir:
+    """A stage's output directory: the paths, the output-directory policy, stored options, atomic writes."""
+
+    def __init__(self, path, kind: str = "run"):
+        self.path = Path(path)
+        self.kind = kind
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r}, kind={self.kind!r})"
+
+    @property
+    def is_rank_zero(self) -> bool:
+        """Only the launching process (DDP rank 0) writes the directory."""
+        from .options import launcher_is_rank_zero
+
+        return launcher_is_rank_zero()
+
+    def has(self, name: str) -> bool:
+        return (self.path / name).is_file()
+
+    # --- output policy -----------------------------------------------------------------------------------------
+    def prepare(self, *, resume: bool, overwrite: bool, resume_marker: str = CHECKPOINT,
+                what: str | None = None) -> None:
+        """Check the directory (see check_output_dir), empty it on --overwrite, create it."""
+        if check_output_dir(self.path, resume, overwrite, resume_marker, what or f"{self.kind} directory"):
+            shutil.rmtree(self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def require(self, files, what: str | None = None) -> None:
+        """One clear line when the directory is missing or lacks a file a finished run has."""
+        what = what or self.kind
+        if not self.path.is_dir():
+            raise UserError(f"{what} directory not found: {self.path}")
+        missing = [f for f in files if not (self.path / f).is_file()]
+        if missing:
+            raise UserError(f"{self.path} is not a finished {what} run (missing {', '.join(missing)})")
+
+    # --- JSON / text --------------------------------------------------------------------------------------------
+    def write_json(self, name: str, data) -> None:
+        write_json_atomic(self.path / name, data)
+
+    def write_text(self, name: str, text: str) -> None:
+        write_text_atomic(self.path / name, text)
+
+    def read_json(self, name: str) -> dict:
+        return read_json(self.path / name, f"{self.kind} {name}")
+
+    @property
+    def meta(self) -> dict:
+        return self.read_json(META)
+
+    def stored_options(self) -> dict | None:
+        """The options this run was started with (options.json; meta.json's for runs of older versions)."""
+        if self.has(OPTIONS):
+            return self.read_json(OPTIONS)
+        if self.has(META):
+            return self.read_json(META).get("options")
+        return None
+
+    def save_options(self, options: dict) -> None:
+        self.write_json(OPTIONS, options)
+
+    # --- model pieces -------------------------------------------------------------------------------------------
+    def save_static(self, spec, cfg, tokenizer_dir) -> None:
+        """space.yaml, model_config.json and a copy of the tokenizer."""
+        import yaml
+
+        self.write_text("space.yaml", yaml.safe_dump(spec.to_dict(), sort_keys=False))
+        self.write_json("model_config.json", cfg.to_dict())
+        dst = self.path / "tokenizer"
+        if Path(tokenizer_dir).resolve() != dst.resolve():
+            tmp = self.path / ".tokenizer.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(tokenizer_dir, tmp)
+            shutil.rmtree(dst, ignore_errors=True)
+            os.replace(tmp, dst)
+
+    @property
+    def spec(self):
+        import yaml
+
+        from .config import SpaceSpec
+
+        path = self.path / "space.yaml"
+        if not path.is_file():
+            raise UserError(f"{self.kind} space.yaml not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            return SpaceSpec(**data)
+        except (yaml.YAMLError, TypeError, UnicodeDecodeError) as exc:
+            raise UserError(f"{path} is damaged ({type(exc).__name__})") from None
+
+    @property
+    def cfg(self):
+        from .config import ModelConfig
+
+        return ModelConfig.from_dict(self.read_json("model_config.json"))
+
+    def save_weights(self, model, name: str) -> None:
+        from safetensors.torch import save_model
+
+        tmp = self.path / f".{name}.tmp"
+        save_model(model, str(tmp))  # handles tensors shared across slots (sharing='type')
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, self.path / name)
+
+    def load_weights(self, model, name: str, matches: str) -> None:
+        """Load `name` into `model` (safetensors: nothing is unpickled); damaged or mismatching files are one line."""
+        from .safeio import load_weights
+
+        load_weights(model, self.path / name, matches=matches)
+
+    def check_data_tokenizer(self, data_path) -> None:
+        """One clear line when prepared data was tokenized differently from the run (other tokens or other ids).
+
+        A vocabulary of the same size with other ids would not fail anywhere: it would silently score (or train)
+        every masked token against the wrong label."""
+        ours, theirs = self.path / "tokenizer" / "tokenizer.json", Path(data_path) / "tokenizer" / "tokenizer.json"
+        if not ours.is_file() or not theirs.is_file():
+            return
+
+        def essentials(path: Path) -> tuple:
+            try:
+                t = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise UserError(f"{path} is damaged ({type(exc).__name__})") from None
+            return t.get("model"), t.get("normalizer"), t.get("pre_tokenizer")
+
+        if essentials(ours) != essentials(theirs):
+            raise UserError(f"prepared data {data_path} was tokenized with another tokenizer than {self.path} "
+                            f"(different tokens or token ids); prepare it with --tokenizer {self.path / 'tokenizer'} "
+                            "and pass --data")
