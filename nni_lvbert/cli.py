@@ -10,9 +10,10 @@ import argparse
 import importlib
 import os
 import sys
-import warnings
 
 from .errors import UserError
+from .nni_compat import ignore_nni_import_warnings
+from .options import given_dests
 
 # (subcommand, module that registers it) in pipeline order.
 COMMANDS = [
@@ -22,12 +23,12 @@ COMMANDS = [
     ("search", "nni_lvbert.search.cli"),
     ("iot", "nni_lvbert.iot.cli"),
     ("run", "nni_lvbert.pipeline"),
+    ("init-experiment", "nni_lvbert.init_experiment"),
 ]
 
 
 def quiet_known_warnings() -> None:
-    # NNI 3.0 walks torch.nn on import and warns about non-Module classes of newer torch: harmless noise.
-    warnings.filterwarnings("ignore", message=".*is found to be not a nn.Module.*")
+    ignore_nni_import_warnings()  # NNI 3.0's harmless "... is found to be not a nn.Module" (see nni_compat)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
@@ -38,21 +39,17 @@ def build_parser() -> argparse.ArgumentParser:
                     "Pipeline: data prepare -> supernet train -> search run -> best_arch.json (lvbert run does all).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module in COMMANDS:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
-                continue  # stage not built yet
-            raise
-        mod.register(sub)
+    for _name, module in COMMANDS:
+        importlib.import_module(module).register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     quiet_known_warnings()
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.given = given_dests(parser, args, argv)  # what a resumed run checks against its stored options
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -1,7 +1,8 @@
 """Model configuration, model sizes and search-space files.
 
-`search_spaces/sizes.yaml` holds the sizes (LV-BERT Table 5 + `tiny`); `search_spaces/<name>.yaml` holds a space:
-number of slots, candidate layer types and the default size. Both are plain YAML so users can add their own.
+`nni_lvbert/spaces/sizes.yaml` holds the sizes (LV-BERT Table 5 + `tiny`); `nni_lvbert/spaces/<name>.yaml` holds a
+space: number of slots, candidate layer types and the default size (paths: `nni_lvbert.resources`). Both are plain
+YAML so users can add their own (`lvbert init-experiment DIR` copies the spaces out; `--space PATH` reads one).
 """
 from __future__ import annotations
 
@@ -12,14 +13,12 @@ from pathlib import Path
 import yaml
 
 from .errors import UserError
+from .resources import SIZES_FILE, SPACES_DIR, space_names  # shipped package data (nni_lvbert/spaces/)
 
 # Layer types and their one-letter codes (compact arch strings like "ccsf...").
 LAYER_TYPES = ("dc", "sa", "ff", "glu")
 LETTER_OF = {"dc": "c", "sa": "s", "ff": "f", "glu": "g"}
 TYPE_OF_LETTER = {v: k for k, v in LETTER_OF.items()}
-
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
-SIZES_FILE = SPACES_DIR / "sizes.yaml"
 
 
 @dataclass
@@ -129,13 +128,13 @@ class SpaceSpec:
 
 
 def load_space(name_or_path: str | Path) -> SpaceSpec:
-    """A space by name (search_spaces/<name>.yaml) or by path to a YAML file."""
+    """A space by name (nni_lvbert/spaces/<name>.yaml) or by path to a YAML file."""
     p = Path(name_or_path)
     if not p.suffix:
         candidate = SPACES_DIR / f"{name_or_path}.yaml"
         if not candidate.is_file():
-            names = sorted(f.stem for f in SPACES_DIR.glob("*.yaml") if f.stem != "sizes")
-            raise UserError(f"unknown search space {str(name_or_path)!r}; choose one of {', '.join(names)} or give a YAML path")
+            raise UserError(f"unknown search space {str(name_or_path)!r}; choose one of {', '.join(space_names())} "
+                            "or give a YAML path")
         p = candidate
     data = read_yaml(p)
     unknown = sorted(set(data) - {"name", "slots", "candidates", "size", "description"})

@@ -11,6 +11,7 @@ Lightning's DDP launcher re-runs this command for ranks 1..N-1: they only join t
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -114,19 +115,19 @@ def run(opts: PipelineOptions) -> int:
     start = time.time()
 
     if (supernet_dir / "meta.json").is_file():
-        print(f"[1/2] supernet: done already in {supernet_dir}", flush=True)
+        print(f"[1/2] supernet: done already in {supernet_dir}", file=sys.stderr, flush=True)
     else:
         resume = opts.resume and (supernet_dir / "checkpoints" / "last.ckpt").is_file()
         print(f"[1/2] supernet: {'resuming' if resume else 'training'} ({opts.space}, size {opts.size}) -> "
-              f"{supernet_dir}", flush=True)
+              f"{supernet_dir}", file=sys.stderr, flush=True)
         train_supernet(supernet_options(resume))
     supernet_meta = RunDir(supernet_dir, "supernet").meta
 
     if (search_dir / "best_arch.json").is_file():
-        print(f"[2/2] search: done already in {search_dir}", flush=True)
+        print(f"[2/2] search: done already in {search_dir}", file=sys.stderr, flush=True)
     else:
         resume = opts.resume and (search_dir / "search.json").is_file()
-        print(f"[2/2] search: {', '.join(opts.strategies)} over the supernet -> {search_dir}", flush=True)
+        print(f"[2/2] search: {', '.join(opts.strategies)} over the supernet -> {search_dir}", file=sys.stderr, flush=True)
         run_search(SearchOptions(supernet=str(supernet_dir), strategies=list(opts.strategies), seed=opts.seed,
                                  evolution=opts.evolution, out=str(search_dir), resume=resume, overwrite=not resume,
                                  progress=opts.progress))

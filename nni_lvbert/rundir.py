@@ -213,10 +213,9 @@ class RunDir:
             return
 
         def essentials(path: Path) -> tuple:
-            try:
-                t = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise UserError(f"{path} is damaged ({type(exc).__name__})") from None
+            from .safeio import read_tokenizer_json
+
+            t = read_tokenizer_json(path)
             return t.get("model"), t.get("normalizer"), t.get("pre_tokenizer")
 
         if essentials(ours) != essentials(theirs):

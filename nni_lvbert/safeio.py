@@ -155,9 +155,10 @@ def load_weights(module, path, *, matches: str | None = None, fix: str | None = 
     try:
         missing, unexpected = load_model(module, str(path), strict=False)
     except RuntimeError as exc:  # load_state_dict: tensors of other shapes
-        if "size mismatch" in str(exc):
-            raise UserError(one_line(f"{path} does not match {matches or 'the model'}: "
-                                     f"{reason(exc).rstrip(':')}")) from None
+        mismatch = [line.strip() for line in str(exc).splitlines() if "size mismatch" in line]
+        if mismatch:
+            raise UserError(one_line(f"{path} does not match {matches or 'the model'}: {mismatch[0][:300]}"
+                                     + (f" (and {len(mismatch) - 1} more)" if len(mismatch) > 1 else ""))) from None
         raise damaged(path, reason(exc), fix) from None
     except _safetensors_errors() as exc:
         raise damaged(path, reason(exc), fix) from None
@@ -208,7 +209,7 @@ def check_checkpoint(path, fix: str | None = CHECKPOINT_FIX) -> None:
                 raise damaged(path, f"checksum mismatch in {bad}", fix)
             strings = _pickle_strings(z.read(pickles[0]))
     except zipfile.BadZipFile as exc:
-        raise damaged(path, f"{reason(exc)}; {size:,} bytes", fix) from None
+        raise damaged(path, f"not a complete zip archive, {size:,} bytes", fix) from None
     except (OSError, EOFError, ValueError, zipfile.LargeZipFile, NotImplementedError) as exc:
         raise damaged(path, reason(exc), fix) from None
     if strings is None:

@@ -10,7 +10,6 @@ Plus the trainer conventions (atomic last.ckpt, CSV+TensorBoard logs, DDP defaul
 """
 from __future__ import annotations
 
-import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from .errors import UserError
+# NNI 3.0 workarounds (trial reporting, running a NasExperiment), re-exported for the training commands
+from .nni_compat import TrialReporter, in_nni_trial, quiet_nni_logging, run_nas_experiment  # noqa: F401
 from .options import adopt, launcher_is_rank_zero, publish, resume_from, to_dict  # noqa: F401  (re-exported)
 from .rundir import CHECKPOINT, META, RunDir, check_output_dir
 
@@ -175,12 +176,6 @@ def common_meta(run: RunDir, opts: TrainOptions, result: FitResult, data) -> dic
     }
 
 
-def in_nni_trial() -> bool:
-    import nni
-
-    return nni.get_experiment_id() != "STANDALONE"
-
-
 def apply_tuner_parameters(opts, allowed: dict, what: str) -> dict:
     """As an nnictl trial, the tuner's parameters (e.g. {"lr": 0.002}) override the command-line options.
 
@@ -195,42 +190,6 @@ def apply_tuner_parameters(opts, allowed: dict, what: str) -> dict:
     for k, v in params.items():
         setattr(opts, k, allowed[k](v) if allowed[k] else v)
     return dict(params)
-
-
-class TrialReporter:
-    """Reports to nnictl, also from inside `NasExperiment.run()`: NNI's sequential engine swaps the trial command
-    channel (and the current parameter record) for an in-process one while it trains, which would swallow
-    intermediate results and send the final one with the engine's parameter id. Create it before the run."""
-
-    def __init__(self):
-        import nni.trial
-        from nni.runtime.trial_command_channel import get_default_trial_command_channel
-
-        self.channel, self.params = get_default_trial_command_channel(), nni.trial._params
-
-    def _send(self, report, metric) -> None:
-        import nni.trial
-        from nni.runtime.trial_command_channel import (get_default_trial_command_channel,
-                                                       set_default_trial_command_channel)
-
-        inner, inner_params = get_default_trial_command_channel(), nni.trial._params
-        set_default_trial_command_channel(self.channel)
-        nni.trial._params = self.params
-        try:
-            report(metric)
-        finally:
-            set_default_trial_command_channel(inner)
-            nni.trial._params = inner_params
-
-    def intermediate(self, metric) -> None:
-        import nni
-
-        self._send(nni.report_intermediate_result, metric)
-
-    def final(self, metric) -> None:
-        import nni
-
-        self._send(nni.report_final_result, metric)
 
 
 def parse_devices(devices: str | int, batch_size: int) -> tuple[int | str, int]:
@@ -302,25 +261,6 @@ def _free_name(parent: Path, base: str) -> str:
         i += 1
         name = f"{base}-{i}"
     return name
-
-
-def quiet_nni_logging() -> None:
-    """NNI logs every experiment step at INFO and repeats a harmless 'training_service ignored' warning."""
-    logging.getLogger("nni").setLevel(logging.WARNING)
-    logging.getLogger("nni.nas.experiment.config.experiment").setLevel(logging.ERROR)
-
-
-def run_nas_experiment(space, evaluator, strategy, run_dir: Path) -> None:
-    """NasExperiment(space, evaluator, strategy).run() with its files under run_dir/nni."""
-    from nni.nas.experiment import NasExperiment
-
-    exp = NasExperiment(space, evaluator, strategy)
-    exp.config.experiment_working_directory = str((run_dir / "nni").resolve())
-    quiet_nni_logging()
-    try:
-        exp.run()
-    finally:
-        exp.stop()  # NNI otherwise stops it from atexit, logging into already-closed streams
 
 
 def state_digest(model) -> str:

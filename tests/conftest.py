@@ -61,6 +61,23 @@ def wiki_texts(n):
 def kill9_mid_training(args: list[str], ckpt, first: int, last: int, timeout: float = 240) -> int | None:
     """Run `python -m nni_lvbert.cli ARGS` in its own process group and SIGKILL it as soon as checkpoint `ckpt`
     holds a global step in [first, last); the step it was killed at (None: it finished first)."""
+    from pathlib import Path
+
+    def step_in_range():
+        if not Path(ckpt).exists():
+            return None
+        try:
+            step = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
+        except Exception:  # being replaced right now
+            return None
+        return step if first <= step < last else None
+
+    return kill9_when(args, step_in_range, timeout)
+
+
+def kill9_when(args: list[str], condition, timeout: float = 240):
+    """Run `python -m nni_lvbert.cli ARGS` in its own process group and SIGKILL it as soon as `condition()` returns
+    something other than None; that value (None: the command finished first)."""
     import os
     import signal
     import subprocess
@@ -74,15 +91,11 @@ def kill9_mid_training(args: list[str], ckpt, first: int, last: int, timeout: fl
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     killed_at, deadline = None, time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
-        if Path(ckpt).exists():
-            try:
-                step = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
-            except Exception:  # being replaced right now
-                step = 0
-            if first <= step < last:
-                os.killpg(proc.pid, signal.SIGKILL)
-                killed_at = step
-                break
+        value = condition()
+        if value is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed_at = value
+            break
         time.sleep(0.05)
     if killed_at is None and proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)

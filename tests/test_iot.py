@@ -311,9 +311,12 @@ def test_resume_continues_and_checks_orders(tmp_path, supernet, capsys):
     assert "not empty" in capsys.readouterr().err
     assert main(iot_args(run, supernet, 6, "--orders", "ssss", "ffff", "--resume")) == 2
     assert "other orders" in capsys.readouterr().err
-    assert main(iot_args(run, supernet, 10, "--resume")) == 0  # orders come from orders.json
+    assert main(iot_args(run, supernet, 10, "--resume")) == 2  # the schedule was made for 6 steps
+    assert "--max-steps 10 contradicts" in capsys.readouterr().err
+    # the same orders in another spelling are fine; everything else comes from the run directory
+    assert main(["iot", "train", "--out", str(run), "--resume", "--block", "sfc", "--m", "3", "--no-progress"]) == 0
     meta = json.loads((run / "meta.json").read_text())
-    assert meta["steps"] == 10 and [v["step"] for v in meta["validation"]] == [6]
+    assert meta["steps"] == 6 and meta["orders"] == json.loads((run / "orders.json").read_text())["orders"]
 
 
 def test_resume_after_kill9_ends_with_the_uninterrupted_weights(tmp_path, supernet):
@@ -327,7 +330,7 @@ def test_resume_after_kill9_ends_with_the_uninterrupted_weights(tmp_path, supern
     killed_at = kill9_mid_training(iot_args(run, supernet, steps, *common), run / "checkpoints" / "last.ckpt", 3, steps)
     assert killed_at is not None, "training finished before it could be killed"
     assert not (run / "predictor.safetensors").exists()
-    assert main(iot_args(run, supernet, steps, *common, "--resume")) == 0
+    assert main(["iot", "train", "--out", str(run), "--resume"]) == 0  # the options come from the run directory
     for name in ("supernet.safetensors", "predictor.safetensors"):
         a, b = load_file(reference / name), load_file(run / name)
         assert a.keys() == b.keys()

@@ -215,7 +215,8 @@ def test_scores_are_inherited_weights_without_copying_the_supernet(tiny, scorer,
     monkeypatch.undo()
     assert not deep and {n: p.data_ptr() for n, p in scorer.space.named_parameters()} == ptrs
     assert not scorer.space.training
-    fresh, spec, cfg, _ = load_supernet(tiny["run"])
+    sn = load_supernet(tiny["run"])
+    fresh, spec, cfg = sn.space, sn.spec, sn.cfg
     for arch, score in zip(archs, got):
         types = scorer.types(arch)
         frozen = fresh.freeze({f"layer{i:02d}": t for i, t in enumerate(types)}).eval()
@@ -228,11 +229,11 @@ def test_scores_are_inherited_weights_without_copying_the_supernet(tiny, scorer,
 def test_trial_loads_shared_layer_weights(tiny, tmp_path):
     """sharing='type' (ALBERT): the weight file keeps one copy per layer type; the trial still finds it."""
     from nni_lvbert.search.scorer import SupernetScorer
-    from nni_lvbert.search.trial import load_candidate, mlm_accuracy, read_run_dir
+    from nni_lvbert.search.trial import load_candidate, mlm_accuracy
 
     run = build_tiny_supernet(tmp_path / "shared", tiny["data"], steps=0, sharing="type", initializer_range=0.5)
     scorer = SupernetScorer(run, val_tokens=512, batch_size=32)
-    spec, cfg, _ = read_run_dir(run)
+    spec, cfg = scorer.spec, scorer.cfg
     for arch in ("csfgcs", "gggsss"):
         types = scorer.types(arch)
         assert mlm_accuracy(load_candidate(run, types, spec, cfg), scorer.batches) == scorer.score(arch)
@@ -283,7 +284,7 @@ def run_cli(argv, capsys):
 
 def test_search_run_outputs(tiny, tmp_path, capsys):
     out = tmp_path / "s"
-    code, stdout, _ = run_cli(["search", "run", "--supernet", str(tiny["run"]), "--strategy", "evolution",
+    code, stdout, _ = run_cli(["search", "run", "--supernet", str(tiny["run"]), "--search", "evolution",
                                "regularized-evolution", "random", "--out", str(out), *SMALL], capsys)
     assert code == 0, stdout
     best = json.loads((out / "best_arch.json").read_text())
@@ -314,7 +315,7 @@ def test_search_run_outputs(tiny, tmp_path, capsys):
 def test_same_seed_same_result_and_resume_does_not_rescore(tiny, tmp_path, capsys, monkeypatch):
     from nni_lvbert.search import scorer as scorer_mod
 
-    args = ["search", "run", "--supernet", str(tiny["run"]), "--strategy", "evolution", "random", *SMALL]
+    args = ["search", "run", "--supernet", str(tiny["run"]), "--search", "evolution", "random", *SMALL]
     assert run_cli([*args, "--out", str(tmp_path / "a")], capsys)[0] == 0
     assert run_cli([*args, "--out", str(tmp_path / "b"), "--seed", "0"], capsys)[0] == 0
     hist = lambda d: [(r["strategy"], r["arch"], r["score"]) for r in map(json.loads, (tmp_path / d / "history.jsonl").read_text().splitlines())]  # noqa: E731
@@ -345,7 +346,11 @@ def test_same_seed_same_result_and_resume_does_not_rescore(tiny, tmp_path, capsy
     assert len({tuple(a) for a in done + resumed}) == len(done) + len(resumed)
     assert len(done) + len(resumed) == len({r[1] for r in hist("a")})  # = an uninterrupted search's work
     code, _, err = run_cli([*args, "--out", str(tmp_path / "c"), "--resume", "--seed", "1"], capsys)
-    assert code == 2 and "settings differ (seed)" in err
+    assert code == 2 and "--seed 1 contradicts" in err and "(seed 0)" in err
+    # the run directory alone is enough to resume (a finished search: nothing is scored again)
+    n = len(computed)
+    code, _, _ = run_cli(["search", "run", "--out", str(tmp_path / "c"), "--resume", "--no-progress"], capsys)
+    assert code == 0 and len(computed) == n and best("c")["compact"] == best("a")["compact"]
 
 
 def one_error_line(err: str) -> str:
@@ -371,7 +376,8 @@ def test_bad_search_input(tiny, tmp_path, capsys, case):
         from nni_lvbert.search.cost import CostModel
         from nni_lvbert.supernet.rundir import load_supernet
 
-        _, spec, cfg, _ = load_supernet(tiny["run"])
+        sn = load_supernet(tiny["run"])
+        spec, cfg = sn.spec, sn.cfg
         cost = CostModel(cfg, spec)
         # each bound alone is met by one architecture (all slots the fewest-parameter type / the cheapest type),
         # both together by none
@@ -382,7 +388,7 @@ def test_bad_search_input(tiny, tmp_path, capsys, case):
         extra = ["--max-params", str(cost.params([lean] * SLOTS)), "--max-flops", str(cost.flops([cheap] * SLOTS))]
         msg = "no architecture satisfying the constraints"
     elif case == "strategy":
-        extra, msg = ["--strategy", "annealing"], "unknown strategy annealing"
+        extra, msg = ["--search", "annealing"], "unknown strategy annealing"
     code, _, err = run_cli(["search", "run", "--supernet", supernet, "--out", str(out), *SMALL, *extra], capsys)
     assert code == 2 and msg in one_error_line(err)
     assert not out.exists()  # nothing evaluated: no output directory (in particular no best_arch.json)
@@ -417,6 +423,11 @@ def test_data_tokenized_with_other_token_ids_is_refused(tiny, tmp_path, capsys):
     a, b = sorted(vocab, key=vocab.get)[-2:]
     vocab[a], vocab[b] = vocab[b], vocab[a]
     tok_file.write_text(json.dumps(tok))
+    meta_file = other / "meta.json"  # a consistent entry (else it is refused as damaged: its sizes are recorded)
+    meta = json.loads(meta_file.read_text())
+    if "files" in meta:
+        meta["files"]["tokenizer/tokenizer.json"] = tok_file.stat().st_size
+    meta_file.write_text(json.dumps(meta))
     code, _, err = run_cli(["search", "score", "--supernet", str(tiny["run"]), "--arch", "csfgcs",
                             "--data", str(other), "--val-tokens", "256"], capsys)
     assert code == 2 and "was tokenized with another tokenizer" in one_error_line(err)
@@ -457,18 +468,19 @@ def test_committed_search_space_json_is_generated_from_the_model_space(capsys):
     code, out, _ = run_cli(["search", "space-json", "--space", "lvbert"], capsys)
     assert code == 0
     generated = json.loads(out)
-    assert generated == json.loads((REPO / "experiments" / "search_space.json").read_text())
+    assert generated == json.loads((REPO / "nni_lvbert" / "experiments" / "search_space.json").read_text())
     assert len(generated) == 24 and all(v == {"_type": "choice", "_value": TYPES} for v in generated.values())
-    config = yaml.safe_load((REPO / "experiments" / "search.yml").read_text())
+    config = yaml.safe_load((REPO / "nni_lvbert" / "experiments" / "search.yml").read_text())
     assert config["searchSpaceFile"] == "search_space.json"
     assert config["tuner"]["className"] == "nni_lvbert.search.tuner.LVBertEvolutionTuner"
     args = config["tuner"]["classArgs"]
     budget = EvolutionConfig(**{k: args[k] for k in ("population", "iterations", "topk", "crossover", "mutation",
                                                       "mutation_prob")}).budget
     assert config["maxTrialNumber"] == budget == 1000
-    from nni_lvbert.search.nnictl import BIND_JS_FILE
+    from nni_lvbert.search.nnictl import BIND_JS_FILE, DEFAULT_CONFIG
 
-    assert BIND_JS_FILE == REPO / "experiments" / "bind_localhost.js" and BIND_JS_FILE.is_file()
+    assert BIND_JS_FILE == REPO / "nni_lvbert" / "experiments" / "bind_localhost.js" and BIND_JS_FILE.is_file()
+    assert DEFAULT_CONFIG == REPO / "nni_lvbert" / "experiments" / "search.yml"
 
 
 def test_nnictl_port_in_use_is_one_line(tiny, capsys):
@@ -508,7 +520,8 @@ def start_tiny_experiment(tiny, tmp_path, capsys, port: int, iterations: int) ->
 
 
 def test_nnictl_end_to_end(tiny, scorer, tmp_path, capsys):
-    """experiments/search.yml under nnictl: 4 trials (2 concurrent, a generation barrier), metrics, export, stop."""
+    """nni_lvbert/experiments/search.yml under nnictl: 4 trials (2 concurrent, a generation barrier), metrics,
+    export, stop."""
     import urllib.request
 
     from nni_lvbert.search.nnictl import wait_for_trials

@@ -1,5 +1,6 @@
-"""experiments/supernet.yml under nnictl: the trial trains a supernet and the web UI gets intermediate + final
-validation MLM accuracy. Only the trial command's scale is shrunk; everything else is the file as shipped."""
+"""supernet.yml under nnictl: the trial trains a supernet and the web UI gets intermediate + final validation MLM
+accuracy. The experiment folder is the copy `lvbert init-experiment` makes of the package's nni_lvbert/experiments/;
+only the trial command's scale is shrunk, everything else (relative paths included) is the file as shipped."""
 import json
 import os
 import re
@@ -11,28 +12,35 @@ from pathlib import Path
 
 import yaml
 
-from nni_lvbert.search.nnictl import BIND_JS_FILE, _nnictl, wait_for_trials
+from nni_lvbert.init_experiment import init_experiment
+from nni_lvbert.resources import EXPERIMENTS_DIR
+from nni_lvbert.search.nnictl import _nnictl, wait_for_trials
 from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parent.parent
+SHIPPED = REPO / "nni_lvbert" / "experiments"
 
 
 def test_supernet_yml_reports_intermediate_and_final_results(tmp_path):
-    shipped = yaml.safe_load((REPO / "experiments" / "supernet.yml").read_text())
+    assert EXPERIMENTS_DIR == SHIPPED
+    exp = tmp_path / "my-exp"
+    init_experiment(exp)
+    shipped = yaml.safe_load((exp / "supernet.yml").read_text())
+    assert shipped == yaml.safe_load((SHIPPED / "supernet.yml").read_text())
     cmd = shlex.split(shipped["trialCommand"])
     assert cmd[:5] == ["python", "-m", "nni_lvbert.cli", "supernet", "train"]
-    run_dir = tmp_path / "runs" / "$NNI_TRIAL_JOB_ID"
+    run_dir = cmd[cmd.index("--out") + 1]  # relative to the experiment folder, where trials run
+    assert run_dir == "../runs/nnictl-supernet/$NNI_TRIAL_JOB_ID"
     tiny = ["--max-steps", "6", "--val-every", "3", "--val-batches", "2", "--batch-size", "8", "--max-docs", "120",
-            "--cache-dir", str(tmp_path / "cache"), "--run-dir", str(run_dir)]
+            "--cache-dir", str(tmp_path / "cache"), "--out", run_dir]
     config = dict(shipped, trialCommand=" ".join(cmd[:5] + ["--size", "tiny", "--no-progress"] + tiny),
-                  searchSpaceFile=str(REPO / "experiments" / shipped["searchSpaceFile"]),
-                  trialCodeDirectory=str(REPO / "experiments"), experimentWorkingDirectory=str(tmp_path / "nni"))
-    (tmp_path / "supernet.yml").write_text(yaml.safe_dump(config))
+                  experimentWorkingDirectory=str(tmp_path / "nni"))
+    (exp / "supernet.yml").write_text(yaml.safe_dump(config))
     # as documented: run from the activated venv, so the trial's `python` is the venv's
-    env = dict(os.environ, NODE_OPTIONS=f"--require {BIND_JS_FILE}", NNI_BIND_HOST="127.0.0.1",
+    env = dict(os.environ, NODE_OPTIONS=f"--require {exp / 'bind_localhost.js'}", NNI_BIND_HOST="127.0.0.1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     port = free_port()
-    out = subprocess.run([_nnictl(), "create", "--config", str(tmp_path / "supernet.yml"), "--port", str(port)],
+    out = subprocess.run([_nnictl(), "create", "--config", str(exp / "supernet.yml"), "--port", str(port)],
                          env=env, capture_output=True, text=True, timeout=120)
     text = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
     match = re.search(r"Experiment ID:\s*(\w+)", text) or re.search(r"experiment id is\s+(\w+)", text)
@@ -47,7 +55,7 @@ def test_supernet_yml_reports_intermediate_and_final_results(tmp_path):
         values = [float(json.loads(json.loads(m["data"]))) if isinstance(json.loads(m["data"]), str)
                   else float(json.loads(m["data"])) for m in metrics]
         assert all(0.0 <= v <= 1.0 for v in values)
-        trial_dir = tmp_path / "runs" / jobs[0]["trialJobId"]
+        trial_dir = tmp_path / "runs" / "nnictl-supernet" / jobs[0]["trialJobId"]  # next to my-exp/
         meta = json.loads((trial_dir / "meta.json").read_text())
         assert meta["steps"] == 6 and meta["options"]["lr"] == 0.002  # the tuner's parameter reached the trial
     finally:

@@ -41,6 +41,7 @@ def file_sha256(path: Path) -> str:
 
 
 def is_complete(entry: Path) -> bool:
+    """Finished writing (meta.json is written last). Says nothing about damage since: see PreparedData.load."""
     return (entry / META_FILE).is_file()
 
 
@@ -64,6 +65,21 @@ def _sweep_stale(parent: Path) -> None:
                 shutil.rmtree(p, ignore_errors=True)
         except OSError:
             pass
+
+
+def discard(entry: Path) -> None:
+    """Remove a damaged entry. It is first renamed aside (to a name `_sweep_stale` also cleans up), so a concurrent
+    builder can put the new entry in its place at once and nobody sees it half deleted."""
+    entry = Path(entry)
+    aside = entry.parent / f".{entry.name}.tmp-damaged-{os.getpid()}-{time.time_ns()}"
+    try:
+        os.replace(entry, aside)
+    except FileNotFoundError:
+        return  # another process discarded it already
+    except OSError:
+        shutil.rmtree(entry, ignore_errors=True)
+        return
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 @contextmanager

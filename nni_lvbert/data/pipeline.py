@@ -7,15 +7,22 @@ Layout under the cache root (`--cache-dir`, else $LVBERT_CACHE, else ~/.cache/nn
 
 Keys hash the corpus identity, tokenizer, every setting and the code versions, so nothing made with other
 settings is reused; entries appear atomically (see cache.py).
+
+Damage after the fact (a truncated arrow file, a broken meta.json or tokenizer.json) is never used: every load checks
+the entry (`PreparedData.verify`: file sizes recorded at build time, arrow row counts, tokenizer, JSON files).
+`prepare()` rebuilds a damaged entry it would build; a damaged directory given explicitly (`--data DIR`) is refused
+with one line.
 """
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import safeio
 from ..errors import UserError
 from . import cache
 from .corpus import resolve_corpus
@@ -25,6 +32,9 @@ from .tokenizer import MIN_VOCAB, TOKENIZER_VERSION, check_max_length, check_voc
 
 DATA_VERSION = 1  # bump whenever packing, masking or the stored format changes
 PARALLEL_MIN_WORDS = 1_000_000  # below this, worker start-up costs more than it saves
+ENTRY_FIX = ("prepare the data again (`lvbert data prepare` with the settings that made it rebuilds a damaged "
+             "cache entry)")
+SPLIT_COLUMNS = {"train": ("input_ids", "token_type_ids"), "val": ("input_ids", "token_type_ids", "labels")}
 
 
 @dataclass
@@ -36,14 +46,37 @@ class PreparedData:
     reused: bool = False
 
     @classmethod
-    def load(cls, path, reused: bool = False) -> "PreparedData":
+    def load(cls, path, reused: bool = False, fix: str = ENTRY_FIX) -> "PreparedData":
+        """A checked prepared-data directory: UserError (one line, naming the damaged file, ending with `fix`)
+        when anything in it is missing, truncated or unreadable."""
         path = Path(path).expanduser().resolve()
         if not cache.is_complete(path):
             raise UserError(f"{path} is not a prepared data directory (run `lvbert data prepare`)")
-        meta = cache.read_meta(path)
+        meta = safeio.read_json(path / cache.META_FILE, "prepared data file", fix)
         if meta.get("version") != DATA_VERSION:
             raise UserError(f"{path} was prepared by another version of nni-lvbert; run `lvbert data prepare` again")
-        return cls(path, meta, reused)
+        prepared = cls(path, meta, reused)
+        prepared.verify(fix)
+        return prepared
+
+    def verify(self, fix: str = ENTRY_FIX) -> None:
+        """Cheap integrity check (no data is decoded): the metadata is complete, every file has the size it was
+        written with (entries made since sizes are recorded), the tokenizer loads with the recorded vocabulary, and
+        each split's arrow files hold the recorded number of sequences."""
+        meta_file = self.path / cache.META_FILE
+        try:
+            rows = {name: int(self.stats[name]["sequences"]) for name in SPLIT_COLUMNS}
+            vocab = int(self.stats["vocab_size"])
+            int(self.settings["max_length"]), float(self.settings["mlm_probability"])
+        except (KeyError, TypeError, ValueError):
+            raise safeio.damaged(meta_file, "incomplete metadata", fix) from None
+        if "files" in self.meta:
+            safeio.check_file_sizes(self.path, self.meta["files"], fix)
+        n = safeio.check_tokenizer_dir(self.tokenizer_dir, fix)
+        if n != vocab:
+            raise safeio.damaged(self.tokenizer_dir / "tokenizer.json", f"{n} tokens where {vocab} were recorded", fix)
+        for name, columns in SPLIT_COLUMNS.items():
+            safeio.check_dataset_dir(self.path / name, rows[name], columns, fix)
 
     @property
     def settings(self) -> dict:
@@ -74,19 +107,13 @@ class PreparedData:
         return self.settings["max_length"]
 
     def tokenizer(self):
-        from transformers import PreTrainedTokenizerFast
-
-        return PreTrainedTokenizerFast.from_pretrained(str(self.tokenizer_dir))
+        return safeio.load_tokenizer_dir(self.tokenizer_dir, ENTRY_FIX)
 
     def train_dataset(self):
-        import datasets
-
-        return datasets.load_from_disk(str(self.train_dir))
+        return safeio.load_dataset_dir(self.train_dir, ENTRY_FIX)
 
     def val_dataset(self):
-        import datasets
-
-        return datasets.load_from_disk(str(self.val_dir))
+        return safeio.load_dataset_dir(self.val_dir, ENTRY_FIX)
 
 
 def prepare(corpus=None, size: str = "small", *, vocab_size: int | None = None, max_length: int | None = None,
@@ -99,6 +126,7 @@ def prepare(corpus=None, size: str = "small", *, vocab_size: int | None = None, 
 
     t0 = time.perf_counter()
     say = (lambda msg: log(f"[{time.perf_counter() - t0:5.1f}s] {msg}")) if log else (lambda msg: None)
+    warn = (lambda msg: say(f"warning: {msg}")) if log else (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     cfg = load_size(size)
     max_length = cfg.max_length if max_length is None else max_length
     check_max_length(max_length, cfg.max_position)
@@ -132,8 +160,14 @@ def prepare(corpus=None, size: str = "small", *, vocab_size: int | None = None, 
     key = cache.digest({"v": DATA_VERSION, "corpus": corpus_id, "tokenizer": tok_id, **settings, "size": None})
     final = root / "data" / f"{src.slug()}-v{vocab_size}-L{max_length}-{key}"
     if cache.is_complete(final):
-        say(f"reusing {final}")
-        return PreparedData.load(final, reused=True)
+        try:
+            prepared = PreparedData.load(final, reused=True, fix="rebuilding it")
+        except UserError as exc:
+            warn(f"{exc}")
+            cache.discard(final)
+        else:
+            say(f"reusing {final}")
+            return prepared
 
     _quiet_datasets()
     with cache.atomic_dir(final) as tmp:
@@ -153,6 +187,12 @@ def prepare(corpus=None, size: str = "small", *, vocab_size: int | None = None, 
             tok = given_tok
         else:
             tok_dir = root / "tokenizers" / f"{src.slug()}-v{vocab_size}-{tok_id['trained']}"
+            if cache.is_complete(tok_dir):
+                try:
+                    _check_tokenizer_entry(tok_dir)
+                except UserError as exc:
+                    warn(f"{exc}")
+                    cache.discard(tok_dir)
             if not cache.is_complete(tok_dir):
                 say(f"training a {vocab_size}-token WordPiece tokenizer on the training documents")
                 with cache.atomic_dir(tok_dir) as ttmp:
@@ -161,7 +201,8 @@ def prepare(corpus=None, size: str = "small", *, vocab_size: int | None = None, 
                                               max_position=cfg.max_position)
                     trained.save_pretrained(str(ttmp))
                     cache.write_meta(ttmp, {"version": TOKENIZER_VERSION, "corpus": corpus_id,
-                                            "vocab_size": len(trained), "requested_vocab_size": vocab_size})
+                                            "vocab_size": len(trained), "requested_vocab_size": vocab_size,
+                                            "files": safeio.file_sizes(ttmp)})
             shutil.copytree(tok_dir, tmp / "tokenizer", ignore=shutil.ignore_patterns(cache.META_FILE))
             tok = load_tokenizer(tmp / "tokenizer", max_position=cfg.max_position)
             if len(tok) < vocab_size:
@@ -191,8 +232,19 @@ def prepare(corpus=None, size: str = "small", *, vocab_size: int | None = None, 
         stats["prepare_seconds"] = round(time.perf_counter() - t0, 2)
         cache.write_meta(tmp, {"version": DATA_VERSION, "key": key, "settings": settings,
                                "corpus": {"kind": src.kind, "identity": corpus_id}, "tokenizer": tok_id,
-                               "stats": stats})
+                               "stats": stats, "files": safeio.file_sizes(tmp)})
     return PreparedData.load(final)
+
+
+def _check_tokenizer_entry(tok_dir: Path) -> None:
+    """UserError when a cached trained tokenizer is damaged (then it is trained again)."""
+    fix = "training it again"
+    meta = safeio.read_json(tok_dir / cache.META_FILE, "tokenizer cache file", fix)
+    if "files" in meta:
+        safeio.check_file_sizes(tok_dir, meta["files"], fix)
+    n = safeio.check_tokenizer_dir(tok_dir, fix)
+    if isinstance(meta.get("vocab_size"), int) and n != meta["vocab_size"]:
+        raise safeio.damaged(tok_dir / "tokenizer.json", f"{n} tokens where {meta['vocab_size']} were recorded", fix)
 
 
 def _pack(docs, tokenizer_file: Path, tok, max_length: int, procs: int, cache_file: Path, fingerprint: str):

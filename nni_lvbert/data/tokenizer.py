@@ -65,6 +65,11 @@ def load_tokenizer(path, lowercase: bool = True, max_position: int = 512):
         raise UserError(f"tokenizer not found: {path} (give a tokenizer directory or a vocab.txt)")
     if p.is_file():
         return _from_vocab_file(p, lowercase, max_position)
+    if (p / "tokenizer.json").exists():
+        # A damaged tokenizer.json is named as such (and never replaced by a vocab.txt lying next to it).
+        from ..safeio import check_tokenizer_dir
+
+        check_tokenizer_dir(p, fix="give an intact tokenizer directory (or a vocab.txt)")
     from transformers import AutoTokenizer
 
     try:

@@ -18,16 +18,10 @@ import torch
 from nni.nas.oneshot.pytorch.base_lightning import BaseOneShotLightningModule
 from nni.nas.strategy import RandomOneShot
 
+from ..nni_compat import extend_lambda_lr, keep_already_mutated
 from ..supernet.lightning_module import log_throughput
 from .routing import (C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN, OrderPredictor, activate, gumbel_noise,
                       iot_loss, path_layers, per_instance_mlm, route_logits, tau_at, usage_entropy)
-
-
-def keep_already_mutated(module, name, memo, mutate_kwargs):
-    """Mutation hook: a path-sampling layer (e.g. from `load_supernet`) is already a supernet module; keep it."""
-    from nni.nas.oneshot.pytorch.supermodule.base import BaseSuperNetModule
-
-    return True if isinstance(module, BaseSuperNetModule) else None
 
 
 def attach_params(optim_conf, params: list, weight_decay: float = 0.0):
@@ -39,14 +33,7 @@ def attach_params(optim_conf, params: list, weight_decay: float = 0.0):
     sched = optim_conf.get("lr_scheduler") if isinstance(optim_conf, dict) else None
     sched = sched.get("scheduler") if isinstance(sched, dict) else sched
     if sched is not None:
-        if not isinstance(sched, torch.optim.lr_scheduler.LambdaLR):
-            raise TypeError(f"IOT can extend a LambdaLR schedule to the predictor, not {type(sched).__name__}")
-        group = opt.param_groups[-1]
-        group["initial_lr"] = group["lr"]
-        sched.base_lrs.append(group["lr"])
-        sched.lr_lambdas.append(sched.lr_lambdas[0])
-        group["lr"] = group["initial_lr"] * sched.lr_lambdas[-1](sched.last_epoch)
-        sched._last_lr = [g["lr"] for g in opt.param_groups]
+        extend_lambda_lr(sched, opt)  # NNI 3.0 workaround (see nni_compat)
     return optim_conf
 
 

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from ..errors import UserError
 from ..training import (TrainOptions, TrialReporter, apply_tuner_parameters, begin, check_positive, common_meta,
-                        fit, in_nni_trial, open_run, parse_devices, prepare_data)
+                        fit, in_nni_trial, launcher_is_rank_zero, open_run, parse_devices, prepare_data)
 from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 
 # options an nnictl tuner may set (search-space keys)
@@ -150,6 +150,35 @@ def _nni_metric(stats: dict) -> dict:
             "oracle": stats["oracle"]["val_mlm_acc"], "usage_entropy": stats["usage_entropy"]}
 
 
+ORDER_OPTIONS = ("orders", "orders_from", "block", "m")
+
+
+def _check_resumed_orders(opts: IOTOptions) -> None:
+    """On --resume, order options are checked by the orders they give (not by spelling) against orders.json, and
+    then left to the stored options."""
+    from ..options import given_fields
+    from ..rundir import RunDir
+    from .orders import resolve_orders
+    from .rundir import ORDERS, read_orders
+
+    given = given_fields(opts) & set(ORDER_OPTIONS)
+    run = RunDir(opts.run_dir, "IOT")
+    if not given or not run.has(ORDERS):
+        return
+    spec = run.spec
+    before, _ = read_orders(run, spec)
+    wanted, _ = resolve_orders(spec, opts.orders, opts.orders_from, opts.block, opts.m)
+    if wanted != before:
+        from ..arch import to_compact
+
+        raise UserError(f"cannot resume: {run / ORDERS} holds other orders ({', '.join(map(to_compact, before))}); "
+                        "give the same orders or use --overwrite")
+    opts.given = sorted(set(opts.given or ()) - given) if opts.given is not None else None
+    for name in ORDER_OPTIONS:  # API callers: drop them so the stored spelling is kept
+        if opts.given is None:
+            setattr(opts, name, None)
+
+
 def train_iot(opts: IOTOptions) -> dict:
     import pytorch_lightning as pl
 
@@ -170,6 +199,8 @@ def train_iot(opts: IOTOptions) -> dict:
     if in_nni_trial():
         opts.hpo = apply_tuner_parameters(opts, HPO_KEYS, "IOT")
         reporter = TrialReporter()
+    if opts.resume and launcher_is_rank_zero():
+        _check_resumed_orders(opts)
     opts = begin(opts, "iot")
     space, spec, cfg, smeta = _source(opts)
     if opts.resume:  # the stored options name the same order source; the stored orders are what ran

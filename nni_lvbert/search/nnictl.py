@@ -1,9 +1,10 @@
 """The nnictl path: search-space JSON, a checked `nnictl create` wrapper, and exporting the best trial.
 
-`experiments/search.yml` is an HPO-style NNI config (NAS-style nnictl configs never start their strategy on
-NNI 3.0): `searchSpaceFile` (generated from the ModelSpace), the Algorithm-1 tuner (`tuner.LVBertEvolutionTuner`)
-and a trial command (`python -m nni_lvbert.search.trial`) that scores one architecture of the supernet named by
-$LVBERT_SUPERNET.
+`nni_lvbert/experiments/search.yml` (shipped with the package; `lvbert init-experiment DIR` copies it out) is an
+HPO-style NNI config (NAS-style nnictl configs never start their strategy on NNI 3.0): `searchSpaceFile` (generated
+from the ModelSpace), the Algorithm-1 tuner (`tuner.LVBertEvolutionTuner`, imported by name from the installed
+package) and a trial command (`python -m nni_lvbert.search.trial`) that scores one architecture of the supernet
+named by $LVBERT_SUPERNET.
 
 `lvbert search nnictl` checks the port and the supernet first (one clear line on failure), writes a copy of the
 config with absolute paths and the requested overrides next to the experiment logs, binds the web UI to 127.0.0.1
@@ -17,20 +18,20 @@ import os
 import re
 import shutil
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from ..errors import UserError
+from ..nni_compat import experiment_dir, experiment_id_in, read_trial_db
+from ..resources import BIND_JS_FILE, SEARCH_CONFIG
 
-REPO = Path(__file__).resolve().parent.parent.parent
-DEFAULT_CONFIG = REPO / "experiments" / "search.yml"
+# the packaged config (nni_lvbert/experiments/search.yml) is the default of `lvbert search nnictl`
+DEFAULT_CONFIG = SEARCH_CONFIG
 
-# Loaded by NNI's Node process (NODE_OPTIONS=--require): every server that listens on a bare port listens on
-# $NNI_BIND_HOST (default 127.0.0.1) instead of all interfaces. The file ships in experiments/.
-BIND_JS_FILE = REPO / "experiments" / "bind_localhost.js"
+# BIND_JS_FILE (nni_lvbert/experiments/bind_localhost.js) is loaded by NNI's Node process (NODE_OPTIONS=--require):
+# every server that listens on a bare port listens on $NNI_BIND_HOST (default 127.0.0.1) instead of all interfaces.
 
 
 def space_json(space="lvbert") -> dict:
@@ -104,11 +105,11 @@ def create(args) -> int:
     """`lvbert search nnictl`: checks, derived config, `nnictl create`."""
     import yaml
 
-    from .trial import read_run_dir
+    from ..supernet.rundir import supernet_dir
 
     _check_port(args.port)
     supernet = Path(args.supernet)
-    spec, _, _ = read_run_dir(supernet)  # missing / unfinished supernet -> one line
+    spec = supernet_dir(supernet).spec  # missing / unfinished supernet -> one line
     config = Path(args.config)
     if args.trial_gpus is not None and args.trial_gpus < 0:
         raise UserError(f"--trial-gpus must be >= 0, got {args.trial_gpus}")
@@ -171,7 +172,7 @@ def _check_port(port: int) -> None:
 
 
 def _localhost_env(folder: Path, host: str) -> dict:
-    """Environment for nnictl whose Node process binds its servers to `host` (experiments/bind_localhost.js)."""
+    """Environment for nnictl whose Node process binds its servers to `host` (BIND_JS_FILE, copied to `folder`)."""
     preload = folder / "bind_localhost.js"
     preload.write_text(BIND_JS_FILE.read_text())
     env = dict(os.environ)
@@ -184,55 +185,18 @@ def _run_nnictl(cmd: list[str], env: dict, failure: str) -> str:
     """Run an nnictl command that starts an experiment; its ID, or one clear line."""
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
-    match = re.search(r"Experiment ID:\s*(\w+)", text) or re.search(r"experiment id is\s+(\w+)", text)
-    if proc.returncode != 0 or not match:
+    exp_id = experiment_id_in(text)
+    if proc.returncode != 0 or not exp_id:
         last = [line for line in text.splitlines() if line.strip() and "pkg_resources" not in line
                 and "Warning" not in line]
         raise UserError(failure.format(last[-1].strip() if last else "no output"))
-    return match.group(1)
+    return exp_id
 
 
 # ---------------------------------------------------------------------------------------------- export
-def experiment_dir(exp_id: str) -> Path:
-    """Where nnictl keeps an experiment (its log directory from NNI's experiment manifest)."""
-    from nni.tools.nnictl.config_utils import Experiments
-
-    info = Experiments().get_all_experiments().get(exp_id)
-    if info is None:
-        raise UserError(f"unknown NNI experiment {exp_id!r} (see `nnictl experiment list --all`)")
-    root = Path(info.get("logDir") or Path.home() / "nni-experiments")
-    path = root if (root / "db").is_dir() else root / exp_id
-    if not (path / "db" / "nni.sqlite").is_file():
-        raise UserError(f"experiment {exp_id} has no trial database at {path / 'db' / 'nni.sqlite'}")
-    return path
-
-
 def read_trials(exp_dir: Path) -> tuple[list[dict], dict]:
     """(succeeded trials with parameters and final metric, experiment config) from the experiment's database."""
-    con = sqlite3.connect(f"file:{exp_dir / 'db' / 'nni.sqlite'}?mode=ro", uri=True)
-    try:
-        cur = con.cursor()
-        params, finals = {}, {}
-        for trial_id, event, data in cur.execute("SELECT trialJobId, event, data FROM TrialJobEvent"):
-            if data and trial_id not in params:  # the first event with data carries the parameters
-                try:
-                    record = json.loads(data)
-                except json.JSONDecodeError:
-                    continue
-                p = record.get("parameters", record)
-                if isinstance(p, str):
-                    p = json.loads(p)
-                params[trial_id] = p
-        for trial_id, mtype, data in cur.execute("SELECT trialJobId, type, data FROM MetricData"):
-            if mtype == "FINAL":
-                value = json.loads(data)
-                if isinstance(value, str):
-                    value = json.loads(value)
-                finals[trial_id] = value
-        profile = cur.execute("SELECT params FROM ExperimentProfile ORDER BY revision DESC LIMIT 1").fetchone()
-    finally:
-        con.close()
-    config = json.loads(profile[0]) if profile else {}
+    params, finals, config = read_trial_db(exp_dir)  # NNI 3.0's SQLite layout (nni_compat)
     trials = []
     for trial_id, value in finals.items():
         score = value.get("default") if isinstance(value, dict) else value
@@ -245,9 +209,9 @@ def export(args) -> int:
     """`lvbert search export`: the best trial of an nnictl experiment as best_arch.json."""
     from ..arch import parse_arch, to_compact, to_dict
     from ..info import param_counts
-    from ..supernet.rundir import write_json_atomic
+    from ..rundir import write_json_atomic
     from .cost import CostModel
-    from .trial import read_run_dir
+    from ..supernet.rundir import supernet_dir
 
     exp_dir = Path(args.experiment_dir) if args.experiment_dir else experiment_dir(args.experiment)
     trials, config = read_trials(exp_dir)
@@ -257,7 +221,8 @@ def export(args) -> int:
     if supernet is None:
         m = re.search(r"--supernet\s+(\S+)", config.get("trialCommand", ""))
         supernet = m.group(1) if m and "$" not in m.group(1) else os.environ.get("LVBERT_SUPERNET", "runs/supernet")
-    spec, cfg, meta = read_run_dir(supernet)
+    run = supernet_dir(supernet)
+    spec, cfg, meta = run.spec, run.cfg, run.meta
     best = max(trials, key=lambda t: t["score"])
     params = best["parameters"]
     if isinstance(params, dict) and "parameters" in params and isinstance(params["parameters"], dict):

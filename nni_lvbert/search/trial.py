@@ -2,10 +2,11 @@
 
     python -m nni_lvbert.search.trial --supernet runs/supernet     (as experiments/search.yml's trialCommand)
 
-The architecture comes from `nni.get_next_parameter()` (or `--arch` outside NNI). The trial builds the fixed
-`LVBertForMaskedLM` of that architecture and loads only the chosen layers' tensors from supernet.safetensors (the
-same tensors the in-process scorer uses, without importing NNI's NAS stack or the other candidates' weights), scores
-the MLM accuracy on the same fixed-masked validation tokens and reports it with `nni.report_final_result`.
+The architecture comes from `nni.get_next_parameter()` (or `--arch` outside NNI). The trial loads the trained
+supernet (the one-shot NNI space, from supernet.safetensors) and freezes it to that architecture with NNI's
+`ModelSpace.freeze`, which keeps the chosen layers' weights: the same modules the in-process scorer runs, so the
+score is identical. It scores the MLM accuracy on the same fixed-masked validation tokens and reports it with
+`nni.report_final_result`.
 """
 from __future__ import annotations
 
@@ -14,37 +15,21 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 from ..errors import UserError
-from ..supernet.rundir import read_run_dir  # noqa: F401  (re-exported: the trial needs no NNI import)
+from ..nni_compat import ignore_nni_import_warnings
+from ..supernet.rundir import supernet_dir
 
 
-def load_candidate(run_dir, types: list[str], spec, cfg):
-    """The fixed model of `types` with the supernet's weights for exactly these layers (eval mode)."""
-    from safetensors import safe_open
+def load_candidate(run_dir, types: list[str], spec=None, cfg=None):
+    """The model of `types` with the supernet's trained weights (eval mode), by NNI's public route: the trained
+    one-shot space (`load_supernet`, safetensors) frozen to the architecture (`ModelSpace.freeze` keeps the chosen
+    layers' weights; the same modules the in-process scorer runs). `spec`/`cfg` are accepted for older callers;
+    the run directory's own are used."""
+    from ..arch import to_dict
+    from ..supernet.rundir import load_supernet
 
-    from ..modeling import LVBertForMaskedLM
-    from ..supernet.rundir import WEIGHTS
-
-    model = LVBertForMaskedLM(cfg, types, spec)
-    wanted = model.state_dict()
-    state = {}
-    with safe_open(str(Path(run_dir) / WEIGHTS), framework="pt") as f:
-        keys = set(f.keys())
-        for name in wanted:
-            src = name
-            if name.startswith("layers."):
-                _, i, rest = name.split(".", 2)
-                src = f"layers.{i}.{types[int(i)]}.{rest}"
-                if src not in keys:  # sharing='type': the file keeps one copy of each shared tensor
-                    src = next((k for k in keys if k.startswith("layers.") and
-                                k.split(".", 3)[2] == types[int(i)] and k.split(".", 3)[3] == rest), src)
-            if src not in keys:
-                raise UserError(f"{Path(run_dir) / WEIGHTS} lacks tensor {src}: not a supernet of this space")
-            state[name] = f.get_tensor(src)
-    model.load_state_dict(state)
-    return model.eval()
+    return load_supernet(run_dir).space.freeze(to_dict(types)).eval()
 
 
 def mlm_accuracy(model, batches) -> float:
@@ -71,7 +56,8 @@ def score_trial(run_dir, arch, val_tokens: int = 16384, batch_size: int = 64, da
     from .scorer import load_val_batches, resolve_device
 
     start = time.perf_counter()
-    spec, cfg, meta = read_run_dir(run_dir)
+    run = supernet_dir(run_dir)
+    spec, cfg, meta = run.spec, run.cfg, run.meta
     types = parse_arch(arch, spec)
     device = resolve_device(device)
     data = data or (meta.get("data") or {}).get("path")
@@ -79,7 +65,7 @@ def score_trial(run_dir, arch, val_tokens: int = 16384, batch_size: int = 64, da
         raise UserError("the supernet's meta.json records no prepared data directory; pass --data")
     batches, stats = load_val_batches(data, val_tokens, batch_size, cfg.pad_token_id, cfg.vocab_size,
                                       cfg.max_position, run_dir=run_dir, device=device)
-    model = load_candidate(run_dir, types, spec, cfg).to(device)
+    model = load_candidate(run_dir, types).to(device)
     score = mlm_accuracy(model, batches)
     cost = CostModel(cfg, spec)
     return {"arch": to_compact(types), "mlm_acc": score, "backbone_params": cost.params(types),
@@ -99,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="auto", help="auto (GPU if visible) | cpu | cuda[:N] | mps (default auto)")
     args = p.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    ignore_nni_import_warnings()
     try:
         import nni
 

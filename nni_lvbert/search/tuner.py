@@ -11,8 +11,9 @@ The same `algorithm.Algorithm1` as the in-process strategy; this class only adap
 - `nnictl resume`: NNI sends the finished trials' scores through `import_data` and the tuner replays Algorithm 1
   (seeded, so the same candidates come out) without running them again. NNI also re-runs the trials that were
   running when the experiment stopped, but its dispatcher tells the tuner nothing about them until their final
-  result (and nothing at all if they fail); `_watch_resumed_trials` adds the missing calls, so such a candidate
-  is neither handed out a second time nor waited for forever.
+  result (and nothing at all if they fail); `nni_compat.watch_resumed_trials` adds the missing calls (the
+  `resumed_trials` / `resumed_trial_end` hooks), so such a candidate is neither handed out a second time nor waited
+  for forever.
 
 The dispatcher calls the tuner from two threads (results and trial ends are separate queues): one lock.
 
@@ -30,6 +31,7 @@ import nni
 from nni.tuner import Tuner
 from nni.utils import extract_scalar_reward
 
+from ..nni_compat import watch_resumed_trials
 from .algorithm import Algorithm1, EvolutionConfig
 
 _logger = logging.getLogger(__name__)
@@ -65,37 +67,6 @@ def _locked(method):
     return wrapper
 
 
-def _watch_resumed_trials() -> None:
-    """Make NNI 3.0's dispatcher tell the tuner which trials it re-runs after `nnictl resume`, and when they end.
-
-    Without this, the replayed Algorithm 1 hands out a re-running candidate again (it is evaluated twice), and a
-    re-run that fails without a result is never told (its generation would wait forever).
-    """
-    from nni.runtime.msg_dispatcher import MsgDispatcher
-
-    if getattr(MsgDispatcher, "_lvbert_watches_resumed", False):
-        return
-    add_resumed, trial_end = MsgDispatcher.handle_add_customized_trial, MsgDispatcher.handle_trial_end
-
-    def handle_add_customized_trial(self, data):
-        add_resumed(self, data)
-        hook = getattr(self.tuner, "resumed_trials", None)
-        if hook is not None:
-            trials = [nni.load(t) if isinstance(t, str) else t for t in (data if isinstance(data, list) else [data])]
-            hook([t["parameters"] for t in trials if isinstance(t.get("parameter_id"), int)])
-
-    def handle_trial_end(self, data):
-        parameter_id = nni.load(data["hyper_params"])["parameter_id"]
-        hook = getattr(self.tuner, "resumed_trial_end", None)
-        if hook is not None and self.is_created_in_previous_exp(parameter_id):
-            hook(self.get_previous_param(parameter_id), data["event"] == "SUCCEEDED")
-        trial_end(self, data)
-
-    MsgDispatcher.handle_add_customized_trial = handle_add_customized_trial
-    MsgDispatcher.handle_trial_end = handle_trial_end
-    MsgDispatcher._lvbert_watches_resumed = True
-
-
 class LVBertEvolutionTuner(Tuner):
     def __init__(self, population: int = 50, iterations: int = 20, topk: int = 10, crossover: int = 25,
                  mutation: int = 25, mutation_prob: float = 0.1, seed: int = 0, optimize_mode: str = "maximize",
@@ -114,7 +85,7 @@ class LVBertEvolutionTuner(Tuner):
         self.resumed: dict[tuple, dict | None] = {}  # re-run by NNI after a resume -> arch once Algorithm 1 asks
         self.send_trial_callback = None
         self.lock = threading.RLock()
-        _watch_resumed_trials()
+        watch_resumed_trials()  # NNI 3.0's dispatcher does not tell a tuner about re-run trials
 
     # -- search space
     @_locked

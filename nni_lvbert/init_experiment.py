@@ -1,0 +1,70 @@
+"""`lvbert init-experiment DIR`: copy the shipped nnictl experiment folder and search spaces out, to read and edit.
+
+DIR gets the nnictl configs (search.yml, supernet.yml, iot.yml), their search-space JSONs and the web-UI bind
+script side by side (the configs name them relative to their own folder, so the copy works as is), and
+DIR/spaces/<name>.yaml, the search spaces, for `--space DIR/spaces/<name>.yaml`. Existing files are never replaced
+without `--overwrite`; each file is written to a temp file and renamed.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from . import resources
+from .errors import UserError
+
+
+def planned_copies(dest: Path) -> list[tuple[Path, Path]]:
+    """(shipped file, its copy under dest) for every file init-experiment writes."""
+    pairs = [(src, dest / src.name) for src in resources.EXPERIMENT_FILES]
+    pairs += [(src, dest / "spaces" / src.name) for src in resources.space_files()]
+    return pairs
+
+
+def init_experiment(dest: str | Path, overwrite: bool = False) -> list[Path]:
+    """Copy the experiment folder and the space YAMLs into dest; the written paths."""
+    dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise UserError(f"{dest} exists and is not a directory")
+    pairs = planned_copies(dest)
+    in_the_way = [dst for _, dst in pairs if dst.is_dir()]
+    if in_the_way:
+        raise UserError(f"{in_the_way[0]} is a directory; init-experiment writes a file there")
+    existing = [str(dst.relative_to(dest)) for _, dst in pairs if dst.exists() or dst.is_symlink()]
+    if existing and not overwrite:
+        named = ", ".join(existing[:3]) + (f" and {len(existing) - 3} more" if len(existing) > 3 else "")
+        raise UserError(f"{dest} already has {named}; pass --overwrite to replace them")
+    try:
+        for src, dst in pairs:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
+            try:
+                shutil.copyfile(src, tmp)
+                os.replace(tmp, dst)
+            finally:
+                tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot write into {dest}: {exc.strerror or exc}") from None
+    return [dst for _, dst in pairs]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("init-experiment",
+                       help="copy the nnictl experiment configs and search spaces into DIR to edit them")
+    p.add_argument("dir", metavar="DIR", help="folder to write (created if missing)")
+    p.add_argument("--overwrite", action="store_true", help="replace files DIR already has")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    written = init_experiment(args.dir, overwrite=args.overwrite)
+    d = Path(args.dir)
+    print(f"wrote {len(written)} files to {d}: {', '.join(str(p.relative_to(d)) for p in written)}")
+    print(f"search with nnictl:  lvbert search nnictl --supernet runs/supernet --config {d / 'search.yml'}")
+    print(f"  or by hand:        LVBERT_SUPERNET=$PWD/runs/supernet "
+          f"NODE_OPTIONS=\"--require {(d / 'bind_localhost.js').resolve()}\" "
+          f"nnictl create --config {d / 'search.yml'} --port 8080")
+    print(f"an edited space:     lvbert supernet train --space {d / 'spaces' / 'lvbert.yaml'} ...")
+    print(f"model sizes (read-only, --size NAME): {resources.SIZES_FILE}")
+    return 0

@@ -1,0 +1,357 @@
+"""Every workaround for NNI 3.0 behaviour, in one module (checked with nni 3.0, torch 2.13, pytorch-lightning 2.6).
+
+Each block says which NNI 3.0 behaviour it covers and how to drop it. After an NNI upgrade run
+`pytest tests/test_nni_compat.py` first: it checks that each workaround still does what it claims and that the NNI
+internals it touches still exist, so a changed internal fails there, loudly. Importing this module imports no NNI
+(the CLI installs the warning filter before any NNI import); its NNI subclasses are built on first access (bottom).
+"""
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import UserError
+
+# --- Import warning --------------------------------------------------------------------------------------------
+# NNI 3.0 regenerates its torch.nn stub (nni/nas/nn/pytorch/layers.py) when torch's version differs from the stub's
+# and warns "<class ...> is found to be not a nn.Module" (RuntimeWarning) for each non-Module class in torch.nn
+# (torch 2.13: Buffer, LinearCrossEntropyOptions). Harmless. pyproject.toml's pytest filterwarnings repeats it.
+# Drop when: `python -W error::RuntimeWarning -c "import nni.nas.nn.pytorch"` passes (drop pyproject's line too).
+NOT_A_MODULE_WARNING = ".*is found to be not a nn.Module.*"
+
+
+def ignore_nni_import_warnings() -> None:
+    warnings.filterwarnings("ignore", message=NOT_A_MODULE_WARNING)
+
+
+# --- NasExperiment: logging, stop, checkpoint loading ------------------------------------------------------------
+# NNI 3.0's NasExperiment logs every step at INFO and warns "`training_service` will be ignored for sequential
+# execution engine." at each start; after run() the experiment stays "running" until an atexit stop() that logs into
+# closed streams. Its checkpoints load through TorchSerializer.load = torch.load(path) without weights_only (used by
+# NasExperiment.resume): on torch < 2.6 that unpickles anything. WeightsOnlyTorchSerializer saves the same `.torch`
+# files and loads them with weights_only=True.
+# Drop when: NasExperiment.run() is quiet at WARNING and stops itself, and nni/nas/utils/serializer.py's
+# TorchSerializer.load passes weights_only=True; then call NasExperiment(...).run() directly.
+def quiet_nni_logging() -> None:
+    logging.getLogger("nni").setLevel(logging.WARNING)
+    logging.getLogger("nni.nas.experiment.config.experiment").setLevel(logging.ERROR)
+
+
+class WeightsOnlyTorchSerializer:
+    """NNI's Serializer protocol (suffix, save, load): TorchSerializer's files, loaded with weights_only=True."""
+
+    suffix = ".torch"
+
+    def save(self, checkpoint: Any, path: Path) -> None:
+        import torch
+
+        torch.save(checkpoint, str(path) + self.suffix)
+
+    def load(self, path: Path) -> Any:
+        import torch
+
+        file = Path(str(path) + self.suffix)
+        if not file.is_file():  # what NasExperiment.load_checkpoint expects for "no checkpoint"
+            raise FileNotFoundError(f"No file found with prefix {path} and suffix {self.suffix}.")
+        return torch.load(str(file), weights_only=True)
+
+
+def use_weights_only_serializer() -> None:
+    from nni.nas.utils.serializer import get_default_serializer, set_default_serializer
+
+    if not isinstance(get_default_serializer(), WeightsOnlyTorchSerializer):
+        set_default_serializer(WeightsOnlyTorchSerializer())
+
+
+def run_nas_experiment(space, evaluator, strategy, run_dir: Path) -> None:
+    """NasExperiment(space, evaluator, strategy).run() with its files under run_dir/nni."""
+    from nni.nas.experiment import NasExperiment
+
+    use_weights_only_serializer()
+    exp = NasExperiment(space, evaluator, strategy)
+    exp.config.experiment_working_directory = str((Path(run_dir) / "nni").resolve())
+    quiet_nni_logging()
+    try:
+        exp.run()
+    finally:
+        exp.stop()
+
+
+# --- Reporting from an nnictl trial that runs a NasExperiment ----------------------------------------------------
+# NNI 3.0's sequential engine runs each model inside Evaluator.mock_runtime, which swaps the default trial command
+# channel for an in-process one and overwrites the private `nni.trial._params`: reports made during exp.run() are
+# swallowed (intermediate) or sent with the engine's parameter id (final). TrialReporter keeps the outer channel and
+# record and puts them back around each report. NNI has no "am I an nnictl trial" call: get_experiment_id() returns
+# "STANDALONE" outside one.
+# Drop when: a report made inside NasExperiment.run() reaches nnictl with the trial's own parameter id
+# (tests/test_iot.py::test_trial_reporter_reaches_nnictl_from_inside_the_sequential_engine without TrialReporter).
+def in_nni_trial() -> bool:
+    import nni
+
+    return nni.get_experiment_id() != "STANDALONE"
+
+
+class TrialReporter:
+    """Reports to nnictl, also from inside `NasExperiment.run()`. Create it before the run."""
+
+    def __init__(self):
+        import nni.trial
+        from nni.runtime.trial_command_channel import get_default_trial_command_channel
+
+        self.channel, self.params = get_default_trial_command_channel(), nni.trial._params
+
+    def _send(self, report: str, metric) -> None:
+        import nni.trial
+        from nni.runtime.trial_command_channel import get_default_trial_command_channel as get_channel
+        from nni.runtime.trial_command_channel import set_default_trial_command_channel as set_channel
+
+        inner, inner_params = get_channel(), nni.trial._params
+        set_channel(self.channel)
+        nni.trial._params = self.params
+        try:
+            getattr(nni, report)(metric)
+        finally:
+            set_channel(inner)
+            nni.trial._params = inner_params
+
+    def intermediate(self, metric) -> None:
+        self._send("report_intermediate_result", metric)
+
+    def final(self, metric) -> None:
+        self._send("report_final_result", metric)
+
+
+# --- Tuner after `nnictl resume` ---------------------------------------------------------------------------------
+# NNI 3.0's MsgDispatcher (nni/runtime/msg_dispatcher.py) re-runs the trials that were running when the experiment
+# stopped, but handle_add_customized_trial only records their parameter ids and handle_trial_end drops the end of any
+# previous-session id: the tuner never learns which candidates run again, nor that one failed without a result.
+# The patch calls the tuner's optional hooks resumed_trials(parameters) / resumed_trial_end(parameters, success).
+# Drop when: the dispatcher tells the tuner about re-run trials; tests/test_tuner_resume.py passes without the patch.
+def watch_resumed_trials() -> None:
+    import nni
+    from nni.runtime.msg_dispatcher import MsgDispatcher
+
+    if getattr(MsgDispatcher, "_lvbert_watches_resumed", False):
+        return
+    add_resumed, trial_end = MsgDispatcher.handle_add_customized_trial, MsgDispatcher.handle_trial_end
+
+    def handle_add_customized_trial(self, data):
+        add_resumed(self, data)
+        hook = getattr(self.tuner, "resumed_trials", None)
+        if hook is not None:
+            trials = [nni.load(t) if isinstance(t, str) else t for t in (data if isinstance(data, list) else [data])]
+            hook([t["parameters"] for t in trials if isinstance(t.get("parameter_id"), int)])
+
+    def handle_trial_end(self, data):
+        parameter_id = nni.load(data["hyper_params"])["parameter_id"]
+        hook = getattr(self.tuner, "resumed_trial_end", None)
+        if hook is not None and self.is_created_in_previous_exp(parameter_id):
+            hook(self.get_previous_param(parameter_id), data["event"] == "SUCCEEDED")
+        trial_end(self, data)
+
+    MsgDispatcher.handle_add_customized_trial = handle_add_customized_trial
+    MsgDispatcher.handle_trial_end = handle_trial_end
+    MsgDispatcher._lvbert_watches_resumed = True
+
+
+# --- nnictl experiments: manifest, trial database, command output ------------------------------------------------
+# NNI 3.0 has no Python API to read a stopped experiment's trials, and `nnictl create/resume` print the new ID only as
+# text. Used: the manifest (nni.tools.nnictl.config_utils.Experiments, `logDir`), the SQLite file <logDir>/<id>/db/
+# nni.sqlite (tables TrialJobEvent, MetricData, ExperimentProfile) and "Experiment ID: <id>" / "experiment id is <id>".
+# Drop when: NNI can export a stopped experiment's trials without its manager, and nnictl prints machine-readable IDs.
+def experiment_dir(exp_id: str) -> Path:
+    """Where nnictl keeps an experiment (its log directory from NNI's experiment manifest)."""
+    from nni.tools.nnictl.config_utils import Experiments
+
+    info = Experiments().get_all_experiments().get(exp_id)
+    if info is None:
+        raise UserError(f"unknown NNI experiment {exp_id!r} (see `nnictl experiment list --all`)")
+    root = Path(info.get("logDir") or Path.home() / "nni-experiments")
+    path = root if (root / "db").is_dir() else root / exp_id
+    if not (path / "db" / "nni.sqlite").is_file():
+        raise UserError(f"experiment {exp_id} has no trial database at {path / 'db' / 'nni.sqlite'}")
+    return path
+
+
+def read_trial_db(exp_dir: Path) -> tuple[dict, dict, dict]:
+    """({trial: parameters}, {trial: final metric}, experiment config) from an experiment's database."""
+    import json
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{Path(exp_dir) / 'db' / 'nni.sqlite'}?mode=ro", uri=True)
+    try:
+        cur = con.cursor()
+        params, finals = {}, {}
+        for trial_id, _event, data in cur.execute("SELECT trialJobId, event, data FROM TrialJobEvent"):
+            if data and trial_id not in params:  # the first event with data carries the parameters
+                try:
+                    record = json.loads(data)
+                except json.JSONDecodeError:
+                    continue
+                p = record.get("parameters", record)
+                params[trial_id] = json.loads(p) if isinstance(p, str) else p
+        for trial_id, mtype, data in cur.execute("SELECT trialJobId, type, data FROM MetricData"):
+            if mtype == "FINAL":
+                value = json.loads(data)
+                finals[trial_id] = json.loads(value) if isinstance(value, str) else value
+        profile = cur.execute("SELECT params FROM ExperimentProfile ORDER BY revision DESC LIMIT 1").fetchone()
+    finally:
+        con.close()
+    return params, finals, json.loads(profile[0]) if profile else {}
+
+
+def experiment_id_in(output: str) -> str | None:
+    """The experiment ID in the (colourless) output of `nnictl create` / `nnictl resume`, or None."""
+    match = re.search(r"Experiment ID:\s*(\w+)", output) or re.search(r"experiment id is\s+(\w+)", output)
+    return match.group(1) if match else None
+
+
+# --- Multi-trial strategies in process ---------------------------------------------------------------------------
+# NNI 3.0's ExecutableModelSpace.execute() calls the evaluator's private `_execute(model)`, which instantiates the
+# model; SampleEvaluator (bottom) overrides it to score the sample on the shared supernet without building anything.
+# Strategy.run() swallows KeyboardInterrupt and records it only in the private `_status`.
+# Drop when: Evaluator has a public model-free hook and Strategy exposes its status (or re-raises the interrupt).
+def strategy_interrupted(strategy) -> bool:
+    from nni.nas.strategy.base import StrategyStatus
+
+    return strategy._status == StrategyStatus.INTERRUPTED
+
+
+# --- One-shot (SPOS / IOT) ---------------------------------------------------------------------------------------
+# NNI 3.0's RandomOneShot samples through PathSamplingLayer.resample -> Categorical.random(), which draws from a fresh
+# unseeded numpy RandomState: runs are not reproducible, a resumed run draws other paths, and DDP ranks train
+# different paths in one step. SeededRandomOneShot (bottom) takes the path from (seed, global step) and forwards
+# on_validation_epoch_start/end, which BaseOneShotLightningModule does not forward. It uses RandomSamplingLightningModule's
+# `filter`, `_sampling_patience`, `_sampling_attempt` and `supernet_modules()`.
+# Drop when: RandomOneShot's path is a function of (seed, step) and the two hooks are forwarded.
+VAL_STREAM = 1  # validation paths come from another stream than training paths
+
+
+def sample_path(choices: dict[str, list], seed: int, step: int, stream: int = 0, attempt: int = 0) -> dict[str, Any]:
+    """Uniform choice per label, fully determined by (seed, stream, step, attempt)."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, stream, step, attempt])
+    return {label: values[int(rng.integers(len(values)))] for label, values in choices.items()}
+
+
+# NNI 3.0's one-shot mutation refuses an already mutated space ("Module ... of type PathSamplingLayer has dangling
+# mutables and is not supported"), e.g. a trained supernet from load_supernet handed to IOTStrategy.
+# Drop when: RandomOneShot().mutate_model() accepts a mutated space (tests/test_nni_compat.py checks it refuses).
+def keep_already_mutated(module, name, memo, mutate_kwargs):
+    """Mutation hook: a path-sampling layer is already a supernet module; keep it."""
+    from nni.nas.oneshot.pytorch.supermodule.base import BaseSuperNetModule
+
+    return True if isinstance(module, BaseSuperNetModule) else None
+
+
+# NNI 3.0's one-shot modules add their own parameters only as a separate optimizer
+# (BaseOneShotLightningModule.configure_architecture_optimizers). IOT's predictor instead joins the evaluator's
+# optimizer as a param group under its LambdaLR schedule; torch has no public way to give a scheduler a new group, so
+# this extends LambdaLR's `base_lrs`, `lr_lambdas` and `_last_lr`.
+# Drop when: NNI lets a one-shot module extend the evaluator's optimizer, or torch's LRScheduler accepts a new group.
+def extend_lambda_lr(sched, optimizer) -> None:
+    """Make `sched` (a LambdaLR) drive the group just added to `optimizer` with group 0's lambda."""
+    import torch
+
+    if not isinstance(sched, torch.optim.lr_scheduler.LambdaLR):
+        raise TypeError(f"IOT can extend a LambdaLR schedule to the predictor, not {type(sched).__name__}")
+    group = optimizer.param_groups[-1]
+    group["initial_lr"] = group["lr"]
+    sched.base_lrs.append(group["lr"])
+    sched.lr_lambdas.append(sched.lr_lambdas[0])
+    group["lr"] = group["initial_lr"] * sched.lr_lambdas[-1](sched.last_epoch)
+    sched._last_lr = [g["lr"] for g in optimizer.param_groups]
+
+
+# --- NNI subclasses, built on first access (importing this module stays NNI-free) -------------------------------
+def _one_shot_classes():
+    from nni.nas.oneshot.pytorch.sampling import RandomSamplingLightningModule
+    from nni.nas.strategy import RandomOneShot
+
+    class SeededSamplingModule(RandomSamplingLightningModule):
+        def __init__(self, training_module, seed: int = 0, filter: Callable | None = None,  # noqa: A002
+                     record_paths: bool = False):
+            super().__init__(training_module, filter)
+            self.seed, self._choices = seed, None
+            self.path_log: list[tuple[int, dict]] | None = [] if record_paths else None  # (step, path) per step
+
+        def sample(self, step: int, stream: int) -> dict[str, Any]:
+            if self._choices is None:  # the space does not change during training
+                self._choices = {label: list(m.values) for label, m in self.model.simplify().items()}
+            for attempt in range(self._sampling_patience):
+                path = sample_path(self._choices, self.seed, step, stream, attempt)
+                if self.filter is None or self.filter(path):
+                    self._sampling_attempt = attempt + 1
+                    return path
+            raise RuntimeError(f"no path satisfying the filter after {self._sampling_patience} draws")
+
+        def activate(self, path: dict[str, Any]) -> dict[str, Any]:
+            result = dict(path)
+            for module in self.supernet_modules():
+                result.update(module.resample(memo=result))
+            return result
+
+        def training_step(self, batch, batch_idx):
+            path = self.activate(self.sample(self.trainer.global_step, stream=0))
+            if self.path_log is not None:
+                self.path_log.append((self.trainer.global_step, path))
+            return self.training_module.training_step(batch, batch_idx)
+
+        def validation_step(self, batch, batch_idx):
+            # the same path for validation batch i in every validation run: curves are comparable over time
+            self.activate(self.sample(batch_idx, stream=VAL_STREAM))
+            return self.training_module.validation_step(batch, batch_idx)
+
+        def on_validation_epoch_start(self):
+            return self.training_module.on_validation_epoch_start()
+
+        def on_validation_epoch_end(self):
+            return self.training_module.on_validation_epoch_end()
+
+    class SeededRandomOneShot(RandomOneShot):
+        """`RandomOneShot(seed=...)`: SPOS with reproducible, rank-consistent path sampling."""
+
+        def __init__(self, seed: int = 0, filter=None, record_paths: bool = False, **kwargs) -> None:  # noqa: A002
+            super().__init__(filter=filter, **kwargs)
+            self.seed, self.record_paths = seed, record_paths
+
+        def configure_oneshot_module(self, training_module) -> SeededSamplingModule:
+            return SeededSamplingModule(training_module, seed=self.seed, filter=self.filter,
+                                        record_paths=self.record_paths)
+
+    return SeededSamplingModule, SeededRandomOneShot
+
+
+def _evaluator_classes():
+    import nni
+    from nni.nas.evaluator import Evaluator
+
+    class SampleEvaluator(Evaluator):
+        """Scores each frozen sample in process as `score(sample dict)`; never builds a model."""
+
+        def __init__(self, score: Callable[[dict], float]):
+            self.score = score
+
+        def _execute(self, model) -> float:
+            value = self.score(dict(model.sample))
+            nni.report_final_result(value)
+            return value
+
+    return (SampleEvaluator,)
+
+
+_LAZY = {"SeededSamplingModule": _one_shot_classes, "SeededRandomOneShot": _one_shot_classes,
+         "SampleEvaluator": _evaluator_classes}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    for cls in _LAZY[name]():
+        cls.__module__, cls.__qualname__ = __name__, cls.__name__  # pickled by reference as nni_compat.<name>
+        globals()[cls.__name__] = cls
+    return globals()[name]

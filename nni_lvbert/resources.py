@@ -1,0 +1,39 @@
+"""Every file the package ships besides code, by name: search spaces, model sizes and the nnictl experiment folder.
+
+They are package data (pyproject `[tool.setuptools.package-data]`), so they travel with a wheel as well as an
+editable install. They are real files next to this module: nnictl reads the configs and search-space JSONs by path,
+and NNI's Node process `--require`s the bind script, so a path (not a zip member) is what every caller needs.
+`lvbert init-experiment DIR` copies the experiment folder and the space YAMLs out for users to edit.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+# search spaces (<name>.yaml, looked up by `--space NAME`) and the model sizes (`--size NAME`)
+SPACES_DIR = PACKAGE_DIR / "spaces"
+SIZES_FILE = SPACES_DIR / "sizes.yaml"
+
+# the nnictl experiment folder: configs, their search spaces and the web-UI bind script, side by side
+# (the configs name the JSONs and their trial/tuner code directory relative to this folder)
+EXPERIMENTS_DIR = PACKAGE_DIR / "experiments"
+SEARCH_CONFIG = EXPERIMENTS_DIR / "search.yml"  # `lvbert search nnictl` default
+SUPERNET_CONFIG = EXPERIMENTS_DIR / "supernet.yml"
+IOT_CONFIG = EXPERIMENTS_DIR / "iot.yml"
+SEARCH_SPACE_JSON = EXPERIMENTS_DIR / "search_space.json"  # = `lvbert search space-json --space lvbert`
+SUPERNET_SPACE_JSON = EXPERIMENTS_DIR / "supernet_space.json"
+# Loaded by NNI's Node process (NODE_OPTIONS=--require): servers that listen on a bare port listen on
+# $NNI_BIND_HOST (default 127.0.0.1) instead of all interfaces.
+BIND_JS_FILE = EXPERIMENTS_DIR / "bind_localhost.js"
+
+EXPERIMENT_FILES = (SEARCH_CONFIG, SUPERNET_CONFIG, IOT_CONFIG, SEARCH_SPACE_JSON, SUPERNET_SPACE_JSON, BIND_JS_FILE)
+
+
+def space_files() -> list[Path]:
+    """The shipped search-space YAMLs (sizes.yaml excluded), sorted by name."""
+    return sorted(p for p in SPACES_DIR.glob("*.yaml") if p != SIZES_FILE)
+
+
+def space_names() -> list[str]:
+    return [p.stem for p in space_files()]

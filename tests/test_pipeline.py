@@ -1,0 +1,77 @@
+"""`lvbert run` end to end (tiny): data -> supernet -> search, DDP with 2 CPU ranks, kill -9 + --resume."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nni_lvbert.cli import main
+from tests.conftest import kill9_when
+
+REPO = Path(__file__).resolve().parent.parent
+SMALL_SEARCH = ["--population", "4", "--iterations", "2", "--topk", "2", "--crossover", "2", "--mutation", "2"]
+
+
+def run_args(out, cache_dir, steps=4, *extra):
+    return ["run", "--out", str(out), "--size", "tiny", "--max-docs", "120", "--cache-dir", str(cache_dir),
+            "--supernet-steps", str(steps), *SMALL_SEARCH, "--no-progress", *extra]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.mark.slow
+def test_run_with_two_cpu_ranks(tmp_path, cache_dir):
+    """Lightning's DDP launcher re-runs `lvbert run` for rank 1: it joins the supernet training with rank 0's
+    options (instead of refusing the directory rank 0 just made) and leaves the search to rank 0."""
+    out = tmp_path / "ddp"
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    env.pop("PYTEST_CURRENT_TEST", None)
+    res = subprocess.run([sys.executable, "-m", "nni_lvbert.cli",
+                          *run_args(out, cache_dir, 4, "--devices", "2", "--accelerator", "cpu")],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    meta = json.loads((out / "supernet" / "meta.json").read_text())
+    assert meta["world_size"] == 2 and meta["steps"] == 4
+    best = json.loads((out / "search" / "best_arch.json").read_text())
+    assert len(best["compact"]) == 24 and 0.0 <= best["score"] <= 1.0
+    history = (out / "search" / "history.jsonl").read_text().splitlines()
+    assert len(history) == 4 + 1 * (2 + 2)  # searched once, by rank 0 only
+    summary = res.stdout[res.stdout.rindex("\n{\n") + 1:]  # NNI and Lightning also log to stdout
+    assert json.loads(summary)["arch"] == best["compact"]
+
+
+@pytest.mark.slow
+def test_run_resumes_from_the_run_directory_alone(tmp_path, cache_dir, capsys):
+    """kill -9 during the search stage, then exactly `lvbert run --out D --resume`: the run finishes with the
+    options it was started with; a contradicting option is one line."""
+    out = tmp_path / "run"
+    steps = 4
+    history = out / "search" / "history.jsonl"
+
+    def two_scored():
+        n = len(history.read_text().splitlines()) if history.is_file() else 0
+        return n if 2 <= n < 8 else None
+
+    killed_at = kill9_when(run_args(out, cache_dir, steps, "--seed", "3"), two_scored)
+    assert killed_at is not None, "the search finished before it could be killed"
+    capsys.readouterr()
+    assert main(["run", "--out", str(out), "--resume", "--size", "small"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--size small contradicts" in err[0] and "size tiny" in err[0]
+    assert main(["run", "--out", str(out), "--resume"]) == 0
+    meta = json.loads((out / "supernet" / "meta.json").read_text())
+    assert meta["steps"] == steps and meta["seed"] == 3 and meta["options"]["max_docs"] == 120
+    best = json.loads((out / "search" / "best_arch.json").read_text())
+    assert best["seed"] == 3 and best["budget"] == 8
+    assert len(history.read_text().splitlines()) == 8  # nothing scored twice
+    # finished: a second resume does nothing new and prints the same answer
+    capsys.readouterr()
+    assert main(["run", "--out", str(out), "--resume"]) == 0
+    assert json.loads(capsys.readouterr().out)["arch"] == best["compact"]
+    # a non-empty directory without --resume/--overwrite is refused
+    assert main(run_args(out, cache_dir, steps)) == 2

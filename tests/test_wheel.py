@@ -1,0 +1,167 @@
+"""The package as a wheel: built from the checkout, installed into a fresh venv and run from outside the checkout.
+
+An editable install finds files next to the source tree whether or not they are package data; this test catches a
+shipped resource (search spaces, sizes, the nnictl experiment folder: nni_lvbert/resources.py) missing from the
+wheel. The fresh venv sees the test venv's third-party packages through a .pth line (no internet, so nothing is
+downloaded) but neither the checkout nor the test venv's editable install of nni_lvbert.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from nni_lvbert import resources
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow  # builds and installs a wheel, then runs the installed CLI (~30 s on 2 cores)
+
+
+def _run(cmd, cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _ok(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wheel")
+    assert not root.resolve().is_relative_to(REPO)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env.update(OMP_NUM_THREADS="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PYTHONWARNINGS="ignore")
+
+    # `pip wheel .` on a copy of what it reads (an in-tree build would leave build/ in the shared checkout);
+    # no build isolation: setuptools comes from the test venv, nothing is downloaded
+    src = root / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO / name, src / name)
+    shutil.copytree(REPO / "nni_lvbert", src / "nni_lvbert", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    dist = root / "dist"
+    _ok(_run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", ".",
+              "-w", dist], src, env))
+    (wheel,) = dist.glob("nni_lvbert-*.whl")
+
+    # a fresh venv; the test venv's site-packages appended as a plain path (its .pth files, the editable
+    # install's finder among them, are not run), so torch, nni, pip... import but nni_lvbert only from the wheel
+    venv = root / "venv"
+    _ok(_run([sys.executable, "-m", "venv", "--without-pip", venv], root, env))
+    python = venv / "bin" / "python"
+    new_site = Path(_ok(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], root,
+                             env)).strip())
+    outer = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    assert not any(Path(p).resolve().is_relative_to(REPO / "nni_lvbert") for p in outer)
+    (new_site / "_test_venv_packages.pth").write_text("".join(f"{p}\n" for p in outer))
+    _ok(_run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", wheel], root, env))
+    return {"root": root, "wheel": wheel, "venv": venv, "python": python, "lvbert": venv / "bin" / "lvbert",
+            "env": env, "outer_site": [Path(p).resolve() for p in outer]}
+
+
+def test_the_wheel_ships_every_resource(installed):
+    names = set(zipfile.ZipFile(installed["wheel"]).namelist())
+    shipped = [*resources.EXPERIMENT_FILES, resources.SIZES_FILE, *resources.space_files()]
+    assert len(resources.space_files()) >= 5
+    for path in shipped:
+        assert path.is_file()
+        assert "nni_lvbert/" + path.relative_to(resources.PACKAGE_DIR).as_posix() in names
+
+
+def test_installed_package_runs_from_the_venv_not_the_checkout(installed):
+    """nni_lvbert, its resources and the nnictl default config resolve inside the venv; NNI accepts the packaged
+    nnictl configs (relative paths resolved against the packaged folder, code directories exist)."""
+    script = """
+import json, sys
+import nni_lvbert, nni_lvbert.resources as r
+from nni_lvbert.search.nnictl import BIND_JS_FILE, DEFAULT_CONFIG
+from nni.experiment.config import ExperimentConfig
+canonical = {}
+for f in (r.SEARCH_CONFIG, r.SUPERNET_CONFIG, r.IOT_CONFIG):
+    c = ExperimentConfig.load(str(f)).canonical_copy()
+    canonical[f.name] = [str(c.trial_code_directory), str(c.search_space_file),
+                         str(getattr(c.tuner, "code_directory", None))]
+print(json.dumps({"file": nni_lvbert.__file__, "sys_path": sys.path, "default_config": str(DEFAULT_CONFIG),
+                  "bind": str(BIND_JS_FILE), "canonical": canonical,
+                  "resources": [str(p) for p in (*r.EXPERIMENT_FILES, r.SIZES_FILE, *r.space_files())]}))
+"""
+    info = json.loads(_ok(_run([installed["python"], "-c", script], installed["root"], installed["env"])))
+    venv = installed["venv"].resolve()
+    assert Path(info["file"]).resolve().is_relative_to(venv)
+    # nothing of the checkout is importable, the test venv's site-packages (which may live in it) aside
+    in_checkout = [p for p in info["sys_path"] if p and Path(p).resolve().is_relative_to(REPO)
+                   and Path(p).resolve() not in installed["outer_site"]]
+    assert not in_checkout
+    assert Path(info["default_config"]).resolve().is_relative_to(venv)
+    assert Path(info["default_config"]).name == "search.yml" and Path(info["bind"]).is_file()
+    assert len(info["resources"]) == len(resources.EXPERIMENT_FILES) + 1 + len(resources.space_files())
+    for p in info["resources"]:
+        assert Path(p).resolve().is_relative_to(venv) and Path(p).is_file()
+    folder = Path(info["default_config"]).resolve().parent
+    assert info["canonical"]["search.yml"] == [str(folder), str(folder / "search_space.json"), str(folder)]
+    assert info["canonical"]["supernet.yml"][:2] == [str(folder), str(folder / "supernet_space.json")]
+
+
+def test_installed_cli_info_and_init_experiment(installed):
+    run = lambda *args: _run([installed["lvbert"], *args], installed["root"], installed["env"])  # noqa: E731
+    out = _ok(run("info", "--arch", "bert", "--size", "tiny", "--json"))
+    info = json.loads(out)
+    assert info["arch"] == "sf" * 12 and info["space"] == "lvbert" and info["config"]["hidden_size"] == 64
+    bad = run("info", "--arch", "bert", "--space", "nope")
+    assert bad.returncode == 2 and "choose one of dc-ff, dc-sa-ff, dc-sa, lvbert, sa-ff" in bad.stderr
+
+    exp = installed["root"] / "my-exp"
+    _ok(run("init-experiment", "my-exp"))
+    for src in resources.EXPERIMENT_FILES:
+        assert (exp / src.name).read_bytes() == src.read_bytes()
+    for src in resources.space_files():
+        assert (exp / "spaces" / src.name).read_bytes() == src.read_bytes()
+    again = run("init-experiment", "my-exp")
+    lines = [line for line in again.stderr.splitlines() if line.strip()]
+    assert again.returncode == 2 and len(lines) == 1
+    assert lines[0].startswith("error: my-exp already has search.yml") and "--overwrite" in lines[0]
+    (exp / "search.yml").write_text("edited\n")
+    _ok(run("init-experiment", "my-exp", "--overwrite"))
+    assert (exp / "search.yml").read_bytes() == resources.SEARCH_CONFIG.read_bytes()
+
+    # an edited copy of a space is read with --space PATH
+    (exp / "spaces" / "mine.yaml").write_text("name: mine\nslots: 4\ncandidates: [sa, ff]\nsize: tiny\n")
+    mine = json.loads(_ok(run("info", "--arch", "sfsf", "--space", "my-exp/spaces/mine.yaml", "--json")))
+    assert mine["space"] == "mine" and mine["params"]["layer_counts"] == {"sa": 2, "ff": 2}
+
+    # NNI accepts the copied nnictl configs: their relative paths now point into my-exp
+    script = """
+import json, sys
+from nni.experiment.config import ExperimentConfig
+c = ExperimentConfig.load(sys.argv[1]).canonical_copy()
+print(json.dumps([str(c.trial_code_directory), str(c.search_space_file), str(c.tuner.code_directory)]))
+"""
+    canonical = json.loads(_ok(_run([installed["python"], "-c", script, exp / "search.yml"], installed["root"],
+                                    installed["env"])))
+    assert canonical == [str(exp.resolve()), str(exp.resolve() / "search_space.json"), str(exp.resolve())]
+
+
+def test_installed_cli_scores_a_supernet(installed):
+    """`lvbert search score` of the installed package on a tiny supernet run directory = the in-process score."""
+    from nni_lvbert.search.scorer import SupernetScorer
+    from tests.search_fixtures import build_tiny_supernet, prepare_tiny_data
+
+    root = installed["root"] / "supernet-data"
+    root.mkdir()
+    data = prepare_tiny_data(root)
+    run_dir = build_tiny_supernet(root / "supernet", data, steps=10)
+    out = _ok(_run([installed["lvbert"], "search", "score", "--supernet", run_dir, "--arch", "csfgcs",
+                    "--val-tokens", "1024", "--device", "cpu"], installed["root"], installed["env"]))
+    result = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    expected = SupernetScorer(run_dir, val_tokens=1024, batch_size=64, prefix_cache=False, device="cpu")
+    assert result["arch"] == "csfgcs"
+    assert result["mlm_acc"] == pytest.approx(expected.score("csfgcs"), abs=1e-6)
