@@ -19,6 +19,8 @@ from .resources import SIZES_FILE, SPACES_DIR, space_names  # shipped package da
 LAYER_TYPES = ("dc", "sa", "ff", "glu")
 LETTER_OF = {"dc": "c", "sa": "s", "ff": "f", "glu": "g"}
 TYPE_OF_LETTER = {v: k for k, v in LETTER_OF.items()}
+# GLU-variant activations (layers.feedforward.GLU_ACTIVATIONS implements them): GLU, Bilinear, ReGLU, GEGLU, SwiGLU
+GLU_ACTIVATION_NAMES = ("sigmoid", "identity", "relu", "gelu", "gelu_tanh", "silu")
 
 
 @dataclass
@@ -52,6 +54,11 @@ class ModelConfig:
             raise UserError(f"max_length {self.max_length} exceeds the position table ({self.max_position})")
         if not 0.0 <= self.dropout < 1.0:
             raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.conv_kernel < 1 or self.conv_kernel % 2 == 0:
+            raise UserError(f"conv_kernel must be odd for 'same' padding, got {self.conv_kernel}")
+        if self.glu_activation not in GLU_ACTIVATION_NAMES:
+            raise UserError(f"unknown GLU activation {self.glu_activation!r}; choose one of "
+                            f"{', '.join(GLU_ACTIVATION_NAMES)}")
 
     @property
     def conv_heads(self) -> int:

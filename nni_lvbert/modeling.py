@@ -30,10 +30,8 @@ class Embeddings(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         n = input_ids.shape[1]
-        if n > self.position.num_embeddings:
-            from .errors import UserError
-
-            raise UserError(f"sequence length {n} exceeds the position table ({self.position.num_embeddings})")
+        if n > self.position.num_embeddings:  # the CLI refuses such data first (data.tokenizer.check_max_length)
+            raise ValueError(f"sequence length {n} exceeds the position table ({self.position.num_embeddings})")
         x = self.word(input_ids) + self.position.weight[:n]
         x = x + (self.segment(token_type_ids) if token_type_ids is not None else self.segment.weight[0])
         return self.project(self.dropout(self.norm(x)))

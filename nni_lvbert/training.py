@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from .errors import UserError
 # NNI 3.0 workarounds (trial reporting, running a NasExperiment), re-exported for the training commands
 from .nni_compat import TrialReporter, in_nni_trial, quiet_nni_logging, run_nas_experiment  # noqa: F401
 from .options import adopt, launcher_is_rank_zero, publish, resume_from, to_dict  # noqa: F401  (re-exported)
+from .data.split import DEFAULT_VAL_FRACTION as VAL_FRACTION  # default held-out share of documents
+from .errors import UserError
 from .rundir import CHECKPOINT, META, RunDir, check_output_dir
 
-VAL_FRACTION = 0.02  # default held-out share of documents (data.split.DEFAULT_VAL_FRACTION)
 DATA_SEED = 0  # default seed of the fixed validation masking: every run over one corpus scores the same tokens
 
 

@@ -161,3 +161,16 @@ def test_predicts_target_is_argmax_equals_target_including_ties(shape):
     tied = (logits == logits.amax(-1, keepdim=True)).sum(-1) > 1
     wrong_tie = tied & (logits.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1) == logits.amax(-1)) & ~expected
     assert wrong_tie.any()  # the case amax + gather alone would count as correct
+
+
+def test_config_checks_live_in_model_config():
+    """Bad configurations fail when the config is made (one clear line), not inside a module's constructor."""
+    from nni_lvbert.config import GLU_ACTIVATION_NAMES, ModelConfig
+    from nni_lvbert.errors import UserError
+    from nni_lvbert.layers import GLU_ACTIVATIONS
+
+    assert set(GLU_ACTIVATION_NAMES) == set(GLU_ACTIVATIONS)
+    with pytest.raises(UserError, match="conv_kernel must be odd"):
+        ModelConfig(conv_kernel=8)
+    with pytest.raises(UserError, match="unknown GLU activation"):
+        ModelConfig(glu_activation="tanh")

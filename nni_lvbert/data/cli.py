@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from .split import DEFAULT_VAL_FRACTION
+
 DOC_BY_HELP = ("text files: what one document is; auto (default): blank-line-separated paragraphs, or lines when a "
                "file has no blank line")
 
@@ -25,7 +27,8 @@ def register(subparsers) -> None:
     p.add_argument("--max-length", type=int, metavar="N", help="tokens per packed sequence (default: from --size)")
     p.add_argument("--tokenizer", metavar="PATH", help="use this tokenizer directory or vocab.txt instead of training one")
     p.add_argument("--cased", action="store_true", help="do not lower-case (trained tokenizer / vocab.txt)")
-    p.add_argument("--val-fraction", type=float, default=0.02, metavar="F", help="share of documents held out (default 0.02)")
+    p.add_argument("--val-fraction", type=float, default=DEFAULT_VAL_FRACTION, metavar="F",
+                   help=f"share of documents held out (default {DEFAULT_VAL_FRACTION})")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the fixed validation masking (default 0)")
     p.add_argument("--mlm-probability", type=float, default=0.15, metavar="P", help="masking rate (default 0.15)")
     p.add_argument("--text-column", default="text", metavar="NAME", help="jsonl/parquet/hub column holding the text (default text)")

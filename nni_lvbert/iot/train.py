@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from ..errors import UserError
 from ..training import (TrainOptions, TrialReporter, apply_tuner_parameters, begin, check_positive, common_meta,
-                        fit, in_nni_trial, launcher_is_rank_zero, open_run, parse_devices, prepare_data)
+                        VAL_FRACTION, fit, in_nni_trial, launcher_is_rank_zero, open_run, parse_devices, prepare_data)
 from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 
 # options an nnictl tuner may set (search-space keys)
@@ -114,7 +114,7 @@ def _data(opts: IOTOptions, cfg, smeta: dict | None):
                 raise UserError(f"the supernet's data directory {path} is gone and {opts.supernet}/meta.json cannot "
                                 "rebuild it; pass --data PREPARED_DIR")
             data = prepare(corpus=so.get("corpus"), size=so.get("size") or "small", max_length=cfg.max_length,
-                           tokenizer=str(tok), val_fraction=so.get("val_fraction", 0.02),
+                           tokenizer=str(tok), val_fraction=so.get("val_fraction", VAL_FRACTION),
                            seed=so.get("data_seed", so.get("seed", 0)),
                            cache_dir=opts.cache_dir or so.get("cache_dir"), max_docs=so.get("max_docs"))
     if data.vocab_size != cfg.vocab_size:

@@ -33,10 +33,6 @@ class DynamicConv(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         c, k = cfg.hidden_size, cfg.conv_kernel
-        if k % 2 == 0:
-            from ..errors import UserError
-
-            raise UserError(f"conv_kernel must be odd for 'same' padding, got {k}")
         self.heads, self.k = cfg.conv_heads, k
         self.value = nn.Linear(c, c)  # GLU: (x Wl + bl) * sigmoid(x Wg + bg)
         self.gate = nn.Linear(c, c)

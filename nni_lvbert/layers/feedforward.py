@@ -37,10 +37,6 @@ class GLUFeedForward(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        if cfg.glu_activation not in GLU_ACTIVATIONS:
-            from ..errors import UserError
-
-            raise UserError(f"unknown GLU activation {cfg.glu_activation!r}; choose one of {', '.join(GLU_ACTIVATIONS)}")
         self.act = GLU_ACTIVATIONS[cfg.glu_activation]
         d = cfg.glu_width
         self.gate = nn.Linear(cfg.hidden_size, d, bias=cfg.glu_bias)  # W
