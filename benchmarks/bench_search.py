@@ -210,7 +210,7 @@ def nnictl_experiment(run: Path, args, tmp: Path) -> dict:
     """A real nnictl experiment of N sequential trials through `lvbert search nnictl`: wall seconds per trial."""
     import socket
 
-    from nni_lvbert.search.nnictl import wait_for_trials
+    from tests.nnictl_helpers import wait_for_trials
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

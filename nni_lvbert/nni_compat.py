@@ -30,11 +30,10 @@ def ignore_nni_import_warnings() -> None:
 # --- NasExperiment: logging, stop, checkpoint loading ------------------------------------------------------------
 # NNI 3.0's NasExperiment logs every step at INFO and warns "`training_service` will be ignored for sequential
 # execution engine." at each start; after run() the experiment stays "running" until an atexit stop() that logs into
-# closed streams. Its checkpoints load through TorchSerializer.load = torch.load(path) without weights_only (used by
-# NasExperiment.resume): on torch < 2.6 that unpickles anything. WeightsOnlyTorchSerializer saves the same `.torch`
-# files and loads them with weights_only=True.
-# Drop when: NasExperiment.run() is quiet at WARNING and stops itself, and nni/nas/utils/serializer.py's
-# TorchSerializer.load passes weights_only=True; then call NasExperiment(...).run() directly.
+# closed streams. NasExperiment.resume loads its checkpoint with TorchSerializer.load = torch.load(path), torch's
+# default weights_only (False before torch 2.6: unpickles anything); ours loads the same files with weights_only=True.
+# Drop when: run() is quiet at WARNING and stops itself, and TorchSerializer.load (nni/nas/utils/serializer.py)
+# passes weights_only=True; then call NasExperiment(...).run() directly.
 def quiet_nni_logging() -> None:
     logging.getLogger("nni").setLevel(logging.WARNING)
     logging.getLogger("nni.nas.experiment.config.experiment").setLevel(logging.ERROR)
@@ -86,8 +85,8 @@ def run_nas_experiment(space, evaluator, strategy, run_dir: Path) -> None:
 # swallowed (intermediate) or sent with the engine's parameter id (final). TrialReporter keeps the outer channel and
 # record and puts them back around each report. NNI has no "am I an nnictl trial" call: get_experiment_id() returns
 # "STANDALONE" outside one.
-# Drop when: a report made inside NasExperiment.run() reaches nnictl with the trial's own parameter id
-# (tests/test_iot.py::test_trial_reporter_reaches_nnictl_from_inside_the_sequential_engine without TrialReporter).
+# Drop when: reports made inside NasExperiment.run() reach nnictl with the trial's own parameter id
+# (tests/test_supernet_nnictl.py passes with plain nni.report_intermediate_result / report_final_result calls).
 def in_nni_trial() -> bool:
     import nni
 
@@ -105,16 +104,15 @@ class TrialReporter:
 
     def _send(self, report: str, metric) -> None:
         import nni.trial
-        from nni.runtime.trial_command_channel import get_default_trial_command_channel as get_channel
-        from nni.runtime.trial_command_channel import set_default_trial_command_channel as set_channel
+        from nni.runtime import trial_command_channel as tcc
 
-        inner, inner_params = get_channel(), nni.trial._params
-        set_channel(self.channel)
+        inner, inner_params = tcc.get_default_trial_command_channel(), nni.trial._params
+        tcc.set_default_trial_command_channel(self.channel)
         nni.trial._params = self.params
         try:
             getattr(nni, report)(metric)
         finally:
-            set_channel(inner)
+            tcc.set_default_trial_command_channel(inner)
             nni.trial._params = inner_params
 
     def intermediate(self, metric) -> None:
@@ -127,7 +125,8 @@ class TrialReporter:
 # --- Tuner after `nnictl resume` ---------------------------------------------------------------------------------
 # NNI 3.0's MsgDispatcher (nni/runtime/msg_dispatcher.py) re-runs the trials that were running when the experiment
 # stopped, but handle_add_customized_trial only records their parameter ids and handle_trial_end drops the end of any
-# previous-session id: the tuner never learns which candidates run again, nor that one failed without a result.
+# previous-session id (only a final result reaches the tuner, as import_data): the tuner never learns which
+# candidates run again, nor that one failed without a result.
 # The patch calls the tuner's optional hooks resumed_trials(parameters) / resumed_trial_end(parameters, success).
 # Drop when: the dispatcher tells the tuner about re-run trials; tests/test_tuner_resume.py passes without the patch.
 def watch_resumed_trials() -> None:
@@ -224,7 +223,7 @@ def strategy_interrupted(strategy) -> bool:
 # NNI 3.0's RandomOneShot samples through PathSamplingLayer.resample -> Categorical.random(), which draws from a fresh
 # unseeded numpy RandomState: runs are not reproducible, a resumed run draws other paths, and DDP ranks train
 # different paths in one step. SeededRandomOneShot (bottom) takes the path from (seed, global step) and forwards
-# on_validation_epoch_start/end, which BaseOneShotLightningModule does not forward. It uses RandomSamplingLightningModule's
+# on_validation_epoch_start/end, which BaseOneShotLightningModule does not. It uses RandomSamplingLightningModule's
 # `filter`, `_sampling_patience`, `_sampling_attempt` and `supernet_modules()`.
 # Drop when: RandomOneShot's path is a function of (seed, step) and the two hooks are forwarded.
 VAL_STREAM = 1  # validation paths come from another stream than training paths

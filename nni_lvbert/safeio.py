@@ -208,7 +208,7 @@ def check_checkpoint(path, fix: str | None = CHECKPOINT_FIX) -> None:
             if bad is not None:
                 raise damaged(path, f"checksum mismatch in {bad}", fix)
             strings = _pickle_strings(z.read(pickles[0]))
-    except zipfile.BadZipFile as exc:
+    except zipfile.BadZipFile:
         raise damaged(path, f"not a complete zip archive, {size:,} bytes", fix) from None
     except (OSError, EOFError, ValueError, zipfile.LargeZipFile, NotImplementedError) as exc:
         raise damaged(path, reason(exc), fix) from None

@@ -10,8 +10,10 @@ import lzma
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
+from nni_lvbert.cli import main
 from nni_lvbert.config import SpaceSpec
 from nni_lvbert.data.corpus import EMBEDDED_DIR
 from tests.conftest import tiny_config
@@ -84,3 +86,33 @@ def build_tiny_supernet(run_dir: Path, data, spec: SpaceSpec | None = None, step
         "data": {"path": str(data.path)}, "final_val_mlm_acc": None,
     })
     return run_dir
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("search")
+    data = prepare_tiny_data(root)
+    run = build_tiny_supernet(root / "supernet", data, steps=30)
+    other = build_tiny_supernet(root / "other", data, spec=tiny_spec("tiny4", 4, ("dc", "ff")), steps=0)
+    space_file = root / "tiny6.yaml"
+    space_file.write_text("name: tiny6\nslots: 6\ncandidates: [dc, sa, ff, glu]\nsize: tiny\n")
+    return {"root": root, "data": data, "run": run, "other": other, "space_file": space_file}
+
+
+@pytest.fixture(scope="module")
+def scorer(tiny):
+    from nni_lvbert.search.scorer import SupernetScorer
+
+    return SupernetScorer(tiny["run"], val_tokens=2048, batch_size=32)
+
+
+def run_cli(argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error_line(err: str) -> str:
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]

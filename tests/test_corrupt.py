@@ -275,6 +275,7 @@ def test_search_run_refuses_truncated_supernet_weights(tmp_path, supernet, capsy
     one_error(capsys, rc, str(run / "supernet.safetensors"), "damaged or truncated")
 
 
+@pytest.mark.slow
 def test_trial_refuses_truncated_supernet_weights(tmp_path, supernet):
     run = copy_of(supernet, tmp_path / "run")
     truncate(run / "supernet.safetensors", 0.9)

@@ -179,6 +179,7 @@ def test_embedded_corpus_has_two_million_words_and_prepares(tmp_path):
     assert p.path.name.startswith("embedded-")
 
 
+@pytest.mark.slow
 def test_full_embedded_corpus_at_tiny(tmp_path):
     # End-to-end run of the whole shipped corpus, `lvbert data prepare --size tiny` (~20-30 s on 2 cores).
     p = prepare(None, "tiny", cache_dir=tmp_path)

@@ -319,6 +319,7 @@ def test_resume_continues_and_checks_orders(tmp_path, supernet, capsys):
     assert meta["steps"] == 6 and meta["orders"] == json.loads((run / "orders.json").read_text())["orders"]
 
 
+@pytest.mark.slow
 def test_resume_after_kill9_ends_with_the_uninterrupted_weights(tmp_path, supernet):
     """Kill -9 mid-run, --resume: the very weights and predictor of an uninterrupted run (batches, masks and Gumbel
     noise are functions of (seed, step), and checkpoints are written atomically)."""

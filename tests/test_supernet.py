@@ -117,6 +117,7 @@ def _env():
     return env
 
 
+@pytest.mark.slow
 def test_resume_after_kill9_replays_the_uninterrupted_run(tmp_path, trained, space_file, cache_dir):
     """Kill -9 mid-run, --resume, and end with the very weights and path sequence of the uninterrupted run."""
     run = tmp_path / "killed"
@@ -139,6 +140,7 @@ def test_resume_after_kill9_replays_the_uninterrupted_run(tmp_path, trained, spa
     assert resumed[0][0] >= killed_at - 1
 
 
+@pytest.mark.slow
 def test_ddp_two_cpu_ranks_train_same_paths(tmp_path, space_file, cache_dir):
     run = tmp_path / "ddp"
     args = train_args(run, space_file, cache_dir, 4, "--accelerator", "cpu", "--devices", "2")

@@ -10,17 +10,20 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
 import yaml
 
 from nni_lvbert.init_experiment import init_experiment
 from nni_lvbert.resources import EXPERIMENTS_DIR
-from nni_lvbert.search.nnictl import _nnictl, wait_for_trials
+from nni_lvbert.search.nnictl import _nnictl
+from tests.nnictl_helpers import wait_for_trials
 from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "nni_lvbert" / "experiments"
 
 
+@pytest.mark.slow
 def test_supernet_yml_reports_intermediate_and_final_results(tmp_path):
     assert EXPERIMENTS_DIR == SHIPPED
     exp = tmp_path / "my-exp"

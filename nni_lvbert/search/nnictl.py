@@ -20,7 +20,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from ..errors import UserError
@@ -251,22 +250,3 @@ def export(args) -> int:
     print(json.dumps({"out": str(out), "compact": result["compact"], "score": result["score"],
                       "trial": best["trial"]}))
     return 0
-
-
-def wait_for_trials(port: int, n: int, timeout: float, host: str = "127.0.0.1") -> list[dict]:
-    """Poll the REST API until `n` trials ended (used by tests and the benchmark)."""
-    import urllib.request
-
-    deadline = time.time() + timeout
-    jobs: list[dict] = []
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://{host}:{port}/api/v1/nni/trial-jobs", timeout=5) as r:
-                jobs = json.loads(r.read())
-        except OSError:
-            jobs = []
-        done = [j for j in jobs if j.get("status") in ("SUCCEEDED", "FAILED", "USER_CANCELED", "SYS_CANCELED")]
-        if len(done) >= n:
-            return jobs
-        time.sleep(1.0)
-    raise TimeoutError(f"{len(jobs)} trials seen, fewer than {n} ended within {timeout:.0f} s")

@@ -15,13 +15,12 @@ import logging
 import time
 from typing import Callable
 
-import nni
-from nni.nas.evaluator import Evaluator
 from nni.nas.execution import ExecutionEngine
 from nni.nas.execution.event import ModelEvent, ModelEventType
 from nni.nas.space import ExecutableModelSpace, ModelStatus
-from nni.nas.strategy.base import Strategy, StrategyStatus
+from nni.nas.strategy.base import Strategy
 
+from ..nni_compat import SampleEvaluator, strategy_interrupted
 from .algorithm import Algorithm1, EvolutionConfig
 
 _logger = logging.getLogger(__name__)
@@ -100,19 +99,9 @@ class LVBertEvolution(Strategy):
             self._state = state_dict
 
 
-class SupernetEvaluator(Evaluator):
-    """Scores a frozen sample in process with inherited supernet weights; never builds a model."""
-
-    def __init__(self, score: Callable[[dict], float]):
-        self.score = score
-
-    def evaluate(self, model):  # pragma: no cover - `_execute` bypasses model instantiation
-        raise NotImplementedError("SupernetEvaluator scores samples through _execute")
-
-    def _execute(self, model: ExecutableModelSpace) -> float:
-        value = self.score(dict(model.sample))
-        nni.report_final_result(value)
-        return value
+class SupernetEvaluator(SampleEvaluator):
+    """Scores a frozen sample in process with inherited supernet weights; never builds a model (NNI 3.0's private
+    `Evaluator._execute` is overridden: see nni_compat)."""
 
 
 def make_strategy(name: str, config: EvolutionConfig, seed: int, accept: Callable[[dict], bool] | None = None):
@@ -154,7 +143,7 @@ def run_strategy(space, strategy, evaluator: SupernetEvaluator, budget: int, wor
     except BaseException:
         exp.stop()  # an error inside the strategy: mark the experiment stopped in NNI's manifest
         raise
-    if strategy._status == StrategyStatus.INTERRUPTED:
+    if strategy_interrupted(strategy):
         raise KeyboardInterrupt
     exp.stop()  # NNI leaves a completed experiment "running" until exit otherwise
     return exp

@@ -34,26 +34,22 @@ from nni.utils import extract_scalar_reward
 from ..nni_compat import watch_resumed_trials
 from .algorithm import Algorithm1, EvolutionConfig
 
+_D = EvolutionConfig()  # Algorithm 1's defaults, defined once (algorithm.EvolutionConfig)
+
 _logger = logging.getLogger(__name__)
 
 
 def _constraint(supernet, max_params, max_flops):
     if max_params is None and max_flops is None:
         return None
-    import json
-    from pathlib import Path
-
-    import yaml
-
-    from ..config import ModelConfig, SpaceSpec
     from ..errors import UserError
+    from ..supernet.rundir import supernet_dir
     from .cost import CostModel
 
     if not supernet:
         raise UserError("max_params / max_flops need the `supernet` class argument (a run directory)")
-    run = Path(supernet)
-    spec = SpaceSpec(**yaml.safe_load((run / "space.yaml").read_text()))
-    cfg = ModelConfig.from_dict(json.loads((run / "model_config.json").read_text()))
+    run = supernet_dir(supernet)
+    spec, cfg = run.spec, run.cfg
     accept = CostModel(cfg, spec).constraint(max_params, max_flops)
     labels = [f"layer{i:02d}" for i in range(spec.slots)]
     return lambda arch: accept([arch[label] for label in labels])
@@ -68,8 +64,9 @@ def _locked(method):
 
 
 class LVBertEvolutionTuner(Tuner):
-    def __init__(self, population: int = 50, iterations: int = 20, topk: int = 10, crossover: int = 25,
-                 mutation: int = 25, mutation_prob: float = 0.1, seed: int = 0, optimize_mode: str = "maximize",
+    def __init__(self, population: int = _D.population, iterations: int = _D.iterations, topk: int = _D.topk,
+                 crossover: int = _D.crossover, mutation: int = _D.mutation, mutation_prob: float = _D.mutation_prob,
+                 seed: int = 0, optimize_mode: str = "maximize",
                  max_params: int | None = None, max_flops: int | None = None, supernet: str | None = None):
         if optimize_mode != "maximize":
             raise ValueError("LVBertEvolutionTuner maximises the MLM accuracy; optimize_mode must be 'maximize'")

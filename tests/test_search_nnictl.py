@@ -1,0 +1,145 @@
+"""`lvbert search` under nnictl: the packaged experiment, port checks, end to end (web UI on loopback, metrics,
+export, stop) and `nnictl resume`. Slow: each starts a real NNI experiment."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nni_lvbert.search.algorithm import EvolutionConfig
+from tests.conftest import free_port
+from tests.nnictl_helpers import wait_for_trials
+from tests.search_fixtures import SLOTS, one_error_line, run_cli, scorer, tiny  # noqa: F401  (fixtures)
+
+REPO = Path(__file__).resolve().parent.parent
+TYPES = ["dc", "sa", "ff", "glu"]
+
+
+def test_committed_search_space_json_is_generated_from_the_model_space(capsys):
+    import yaml
+
+    code, out, _ = run_cli(["search", "space-json", "--space", "lvbert"], capsys)
+    assert code == 0
+    generated = json.loads(out)
+    assert generated == json.loads((REPO / "nni_lvbert" / "experiments" / "search_space.json").read_text())
+    assert len(generated) == 24 and all(v == {"_type": "choice", "_value": TYPES} for v in generated.values())
+    config = yaml.safe_load((REPO / "nni_lvbert" / "experiments" / "search.yml").read_text())
+    assert config["searchSpaceFile"] == "search_space.json"
+    assert config["tuner"]["className"] == "nni_lvbert.search.tuner.LVBertEvolutionTuner"
+    args = config["tuner"]["classArgs"]
+    budget = EvolutionConfig(**{k: args[k] for k in ("population", "iterations", "topk", "crossover", "mutation",
+                                                      "mutation_prob")}).budget
+    assert config["maxTrialNumber"] == budget == 1000
+    from nni_lvbert.search.nnictl import BIND_JS_FILE, DEFAULT_CONFIG
+
+    assert BIND_JS_FILE == REPO / "nni_lvbert" / "experiments" / "bind_localhost.js" and BIND_JS_FILE.is_file()
+    assert DEFAULT_CONFIG == REPO / "nni_lvbert" / "experiments" / "search.yml"
+
+
+def test_nnictl_port_in_use_is_one_line(tiny, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code, _, err = run_cli(["search", "nnictl", "--supernet", str(tiny["run"]), "--port", str(port)], capsys)
+    assert code == 2 and f"port {port} is already in use" in one_error_line(err)
+    code, _, err = run_cli(["search", "nnictl", "--supernet", str(tiny["root"] / "nope"), "--port",
+                            str(free_port())], capsys)
+    assert code == 2 and "supernet directory not found" in one_error_line(err)
+    code, _, err = run_cli(["search", "nnictl", "--supernet", str(tiny["run"]), "--port", str(free_port()),
+                            "--trial-gpus", "-1"], capsys)
+    assert code == 2 and "--trial-gpus must be >= 0" in one_error_line(err)
+
+
+def _non_loopback_address() -> str | None:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.254", 9))  # no packet is sent; picks the outgoing interface
+            ip = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if ip.startswith("127.") else ip
+
+
+def start_tiny_experiment(tiny, tmp_path, capsys, port: int, iterations: int) -> str:
+    """`lvbert search nnictl` on the tiny supernet: 2 + 2 * (iterations - 1) trials, 2 at a time; the experiment ID."""
+    code, out, err = run_cli(["search", "nnictl", "--supernet", str(tiny["run"]), "--port", str(port),
+                              "--workdir", str(tmp_path / "exp"), "--max-trials", str(2 + 2 * (iterations - 1)),
+                              "--concurrency", "2", "--population", "2", "--iterations", str(iterations),
+                              "--topk", "2", "--crossover", "1", "--mutation", "1", "--val-tokens", "2048",
+                              "--trial-threads", "1"], capsys)
+    assert code == 0, err
+    return json.loads(out)["experiment"]
+
+
+@pytest.mark.slow
+def test_nnictl_end_to_end(tiny, scorer, tmp_path, capsys):
+    """nni_lvbert/experiments/search.yml under nnictl: 4 trials (2 concurrent, a generation barrier), metrics,
+    export, stop."""
+    import urllib.request
+
+    port = free_port()
+    exp_id = start_tiny_experiment(tiny, tmp_path, capsys, port, iterations=2)
+    try:
+        outside = _non_loopback_address()
+        if outside:  # the web UI / REST API listens on 127.0.0.1 only
+            with socket.socket() as s, pytest.raises(OSError):
+                s.settimeout(2)
+                s.connect((outside, port))
+        jobs = wait_for_trials(port, 4, timeout=150)
+        assert all(j["status"] == "SUCCEEDED" for j in jobs), jobs
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/metric-data", timeout=5) as r:
+            metrics = [m for m in json.loads(r.read()) if m["type"] == "FINAL"]
+        assert len(metrics) == 4
+        archs = {}
+        for job in jobs:  # the web UI's data: every trial's architecture and score
+            params = json.loads(job["hyperParameters"][0])["parameters"]
+            assert set(params) == {f"layer{i:02d}" for i in range(SLOTS)}
+            archs[job["trialJobId"]] = params
+        for m in metrics:
+            value = json.loads(json.loads(m["data"])) if isinstance(json.loads(m["data"]), str) else json.loads(m["data"])
+            # the trial's score is the in-process scorer's score of the same architecture
+            assert value["default"] == pytest.approx(scorer.score(list(archs[m["trialJobId"]].values())), abs=1e-6)
+        code, out, err = run_cli(["search", "export", "--experiment", exp_id, "--supernet", str(tiny["run"]),
+                                  "--out", str(tmp_path / "best_arch.json")], capsys)
+        assert code == 0, err
+        best = json.loads((tmp_path / "best_arch.json").read_text())
+        assert best["score"] == pytest.approx(max(scorer.score(list(a.values())) for a in archs.values()))
+        assert best["experiment"]["id"] == exp_id and len(best["arch"]) == SLOTS
+    finally:
+        nnictl = Path(sys.executable).with_name("nnictl")
+        subprocess.run([str(nnictl), "stop", exp_id], capture_output=True, timeout=60)
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/check-status", timeout=2)
+
+
+@pytest.mark.slow
+def test_nnictl_resume_scores_nothing_twice(tiny, tmp_path, capsys):
+    """Stop an experiment with trials running, `lvbert search nnictl resume ID`: the search ends with every
+    candidate of the budget scored exactly once (NNI re-runs the interrupted trials; the tuner awaits them)."""
+    port = free_port()
+    exp_id = start_tiny_experiment(tiny, tmp_path, capsys, port, iterations=3)
+    nnictl = str(Path(sys.executable).with_name("nnictl"))
+    try:
+        before = wait_for_trials(port, 1, timeout=150)
+        subprocess.run([nnictl, "stop", exp_id], capture_output=True, timeout=60)
+        port = free_port()
+        code, out, err = run_cli(["search", "nnictl", "resume", exp_id, "--port", str(port)], capsys)
+        assert code == 0, err
+        jobs = wait_for_trials(port, 6, timeout=240)
+        archs = [tuple(json.loads(j["hyperParameters"][0])["parameters"].values()) for j in jobs]
+        assert len(jobs) == 6 and len(set(archs)) == 6, (before, jobs)
+        assert all(j["status"] == "SUCCEEDED" for j in jobs)
+    finally:
+        subprocess.run([nnictl, "stop", exp_id], capture_output=True, timeout=60)
+    code, _, err = run_cli(["search", "nnictl", "resume", "nosuchid", "--port", str(free_port())], capsys)
+    assert code == 2 and "unknown NNI experiment 'nosuchid'" in one_error_line(err)
+    # the old spelling still works, with a deprecation note
+    code, _, err = run_cli(["search", "nnictl", "--resume", "nosuchid", "--port", str(free_port())], capsys)
+    assert code == 2 and "deprecated" in err and "unknown NNI experiment 'nosuchid'" in err
+    code, _, err = run_cli(["search", "nnictl", "resume", "--port", str(free_port())], capsys)
+    assert code == 2 and "give the experiment to resume" in one_error_line(err)
