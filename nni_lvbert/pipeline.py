@@ -19,25 +19,18 @@ from .cliargs import add_data_args, add_out_arg, add_resume_args
 from .errors import UserError
 from .options import launcher_is_rank_zero
 from .search.algorithm import EvolutionConfig
-from .training import DATA_SEED, VAL_FRACTION
+from .training import DataOptions
 
 KIND = "pipeline"
 
 
 @dataclass
-class PipelineOptions:
+class PipelineOptions(DataOptions):
     MAY_CHANGE = frozenset({"devices", "accelerator", "progress", "cache_dir", "out"})
 
     out: str = "runs/quickstart"
     space: str = "lvbert"
     size: str = "tiny"
-    data: str | None = None
-    corpus: list[str] | None = None
-    tokenizer: str | None = None
-    cache_dir: str | None = None
-    max_docs: int | None = None
-    val_fraction: float = VAL_FRACTION
-    data_seed: int = DATA_SEED
     seed: int = 0
     supernet_steps: int | None = None
     strategies: list[str] = field(default_factory=lambda: ["evolution"])
@@ -73,12 +66,11 @@ def register(sub) -> None:
 def run_cli(args) -> int:
     from .search.cli import evolution_from_args
 
-    return run(PipelineOptions(
-        out=args.out, space=args.space, size=args.size, data=args.data, corpus=args.corpus, tokenizer=args.tokenizer,
-        cache_dir=args.cache_dir, max_docs=args.max_docs, val_fraction=args.val_fraction, data_seed=args.data_seed,
-        seed=args.seed, supernet_steps=args.supernet_steps, strategies=list(args.strategies),
-        evolution=evolution_from_args(args), devices=args.devices, accelerator=args.accelerator, resume=args.resume,
-        overwrite=args.overwrite, progress=args.progress, given=sorted(args.given)))
+    from .cliargs import options_from_args
+
+    opts = options_from_args(PipelineOptions, args, renames={"out": "out"}, evolution=evolution_from_args(args))
+    opts.given = sorted(args.given)  # Algorithm-1 flags included: checked field by field on --resume
+    return run(opts)
 
 
 def run(opts: PipelineOptions) -> int:
@@ -92,10 +84,9 @@ def run(opts: PipelineOptions) -> int:
 
     def supernet_options(resume: bool) -> SupernetOptions:
         return SupernetOptions(
-            run_dir=str(supernet_dir), space=opts.space, size=opts.size, data=opts.data, corpus=opts.corpus,
-            tokenizer=opts.tokenizer, cache_dir=opts.cache_dir, max_docs=opts.max_docs, val_fraction=opts.val_fraction,
-            data_seed=opts.data_seed, seed=opts.seed, max_steps=opts.supernet_steps, devices=opts.devices,
-            accelerator=opts.accelerator, resume=resume, overwrite=not resume, progress=opts.progress)
+            run_dir=str(supernet_dir), space=opts.space, size=opts.size, **opts.data_options(), seed=opts.seed,
+            max_steps=opts.supernet_steps, devices=opts.devices, accelerator=opts.accelerator, resume=resume,
+            overwrite=not resume, progress=opts.progress)
 
     if not launcher_is_rank_zero():  # a DDP rank > 0 re-running this command: join the supernet training only
         train_supernet(supernet_options(False))

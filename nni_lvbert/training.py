@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
 
@@ -27,7 +27,23 @@ DATA_SEED = 0  # default seed of the fixed validation masking: every run over on
 
 
 @dataclass
-class TrainOptions:
+class DataOptions:
+    """Where a run's text comes from (`cliargs.add_data_args` makes the flags)."""
+
+    data: str | None = None  # a prepared data directory (`lvbert data prepare`) instead of corpus/tokenizer
+    corpus: list[str] | None = None  # None = embedded corpus
+    tokenizer: str | None = None
+    cache_dir: str | None = None
+    max_docs: int | None = None
+    val_fraction: float = VAL_FRACTION
+    data_seed: int = DATA_SEED
+
+    def data_options(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(DataOptions)}
+
+
+@dataclass
+class TrainOptions(DataOptions):
     """Options common to the Lightning trainings; None means "the size's preset" (see `resolved`).
 
     The CLI flags take their defaults from here (`add_training_args`)."""
@@ -41,13 +57,6 @@ class TrainOptions:
 
     run_dir: str = "runs/run"
     size: str | None = None
-    data: str | None = None  # a prepared data directory (`lvbert data prepare`) instead of corpus/tokenizer
-    corpus: list[str] | None = None  # None = embedded corpus
-    tokenizer: str | None = None
-    cache_dir: str | None = None
-    max_docs: int | None = None
-    val_fraction: float = VAL_FRACTION
-    data_seed: int = DATA_SEED
     seed: int = 0
     lr: float | None = None
     warmup_steps: int | None = None

@@ -384,36 +384,3 @@ def test_cli_missing_supernet_and_start(tmp_path, capsys):
     assert "--supernet RUN_DIR" in capsys.readouterr().err
     assert main(["iot", "eval", "--run-dir", str(tmp_path)]) == 2
     assert "not a finished IOT run" in capsys.readouterr().err
-
-
-def test_trial_reporter_reaches_nnictl_from_inside_the_sequential_engine():
-    """NasExperiment's sequential engine swaps NNI's trial channel while training; reports must bypass it."""
-    import nni.trial
-    from nni.runtime.trial_command_channel import get_default_trial_command_channel, set_default_trial_command_channel
-
-    from nni_lvbert.iot.train import TrialReporter
-
-    class Channel:
-        def __init__(self):
-            self.sent = []
-
-        def send_metric(self, **kw):
-            self.sent.append(kw)
-
-    before, before_params = get_default_trial_command_channel(), nni.trial._params
-    outer, inner = Channel(), Channel()
-    try:
-        set_default_trial_command_channel(outer)
-        nni.trial._params = {"parameter_id": 7, "parameters": {"tau": 1.0}}
-        reporter = TrialReporter()
-        set_default_trial_command_channel(inner)  # what the engine does during exp.run()
-        nni.trial._params = {"parameter_id": 0, "parameters": None}
-        reporter.intermediate({"default": 0.5})
-        reporter.final({"default": 0.6})
-        assert [(m["type"], m["parameter_id"], m["value"]["default"]) for m in outer.sent] == \
-            [("PERIODICAL", 7, 0.5), ("FINAL", 7, 0.6)]
-        assert inner.sent == [] and get_default_trial_command_channel() is inner
-        assert nni.trial._params["parameter_id"] == 0
-    finally:
-        set_default_trial_command_channel(before)
-        nni.trial._params = before_params
