@@ -1,15 +1,23 @@
-"""Architectures: a list of layer types, one per slot.
+"""Architectures: one layer type per slot, as one immutable value, `Arch`.
 
-Accepted spellings (all normalise to a list like ["dc", "sa", "ff", ...]):
+`Arch.parse(value, space)` (= `parse_arch`) reads every accepted spelling and checks it against the space:
 - NNI's dict form: {"layer00": "dc", "layer01": "sa", ...}
 - compact letters: "ccsf..." (c=dc, s=sa, f=ff, g=glu), x-transformers style
 - LV-BERT Table 7 digits: "0012..." (0=dc, 1=sa, 2=ff)
 - a named reference: bert, dynamicconv, sandwich (k=6; sandwichK for another k), lvbert-small
 - a JSON file holding the dict form, or a best_arch.json with an "arch" key
+- a list or tuple of layer types, or an `Arch`
+
+An `Arch` is what the code passes around (search, scoring, history, IOT orders); the spellings above exist only at
+the edges: `.compact` and `.dict` are the forms written to disk (history.jsonl, best_arch.json, orders.json) and
+`.dict` is the form NNI hands out and freezes.
 """
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from .config import LAYER_TYPES, LETTER_OF, TYPE_OF_LETTER, SpaceSpec
@@ -80,53 +88,136 @@ def _from_dict(d: dict, slots: int) -> list[str]:
             + (f"missing {', '.join(missing[:3])}" if missing else f"unexpected {', '.join(extra[:3])}")
         )
     types = [d[k] for k in expected]
+    _check_known(types)
+    return types
+
+
+def _check_known(types) -> None:
     bad = sorted({str(t) for t in types if t not in LAYER_TYPES})
     if bad:
         raise UserError(f"unknown layer type(s) {', '.join(bad)}; choose from {', '.join(LAYER_TYPES)}")
-    return types
 
 
-def parse_arch(value, space: SpaceSpec) -> list[str]:
-    """Normalise any accepted arch spelling to a list of layer types and check it against the space."""
-    slots = space.slots
-    if isinstance(value, (list, tuple)):
+def _read(value, slots: int) -> list[str]:
+    """Layer types of any accepted spelling (`slots` names the dict keys and picks named references)."""
+    if isinstance(value, (Arch, list, tuple)):
         types = list(value)
-        bad = sorted({str(t) for t in types if t not in LAYER_TYPES})
-        if bad:
-            raise UserError(f"unknown layer type(s) {', '.join(bad)}; choose from {', '.join(LAYER_TYPES)}")
-    elif isinstance(value, dict):
-        types = _from_dict(value, slots)
-    elif isinstance(value, str):
-        text = value.strip()
-        named = named_arch(text, slots)
-        if named is not None:
-            types = _from_letters(named)
-        elif is_named(text):
-            raise UserError(f"named arch {text!r} is not defined for {slots} slots")
-        elif text.startswith("{"):
-            types = _from_dict(_loads(text, "arch"), slots)
-        elif text.endswith(".json") or Path(text).is_file():
-            path = Path(text)
-            if not path.is_file():
-                raise UserError(f"arch file not found: {path}")
-            types = _from_dict(_loads(path.read_text(), str(path)), slots)
-        else:
-            types = _from_letters(text)
-    else:
+        _check_known(types)
+        return types
+    if isinstance(value, dict):
+        return _from_dict(value, slots)
+    if not isinstance(value, str):
         raise UserError(f"cannot read an architecture from {type(value).__name__}")
-    if len(types) != slots:
-        raise UserError(f"arch has {len(types)} slots but space {space.name!r} has {slots}")
-    outside = sorted({t for t in types if t not in space.candidates}, key=LAYER_TYPES.index)
-    if outside:
-        raise UserError(
-            f"layer type(s) {', '.join(outside)} not in space {space.name!r} (candidates: {', '.join(space.candidates)})"
-        )
-    return types
+    text = value.strip()
+    named = named_arch(text, slots)
+    if named is not None:
+        return _from_letters(named)
+    if is_named(text):
+        raise UserError(f"named arch {text!r} is not defined for {slots} slots")
+    if text.startswith("{"):
+        return _from_dict(_loads(text, "arch"), slots)
+    if text.endswith(".json") or Path(text).is_file():
+        path = Path(text)
+        if not path.is_file():
+            raise UserError(f"arch file not found: {path}")
+        return _from_dict(_loads(path.read_text(), str(path)), slots)
+    return _from_letters(text)
 
+
+@functools.total_ordering
+@dataclass(frozen=True, eq=False)
+class Arch(Sequence):
+    """One architecture: a layer type per slot, immutable and hashable (a dict key, a set member, sortable).
+
+    It is a read-only sequence of layer types, and it equals a list or tuple of the same types (and hashes as that
+    tuple), so it stands wherever such a list stood. A slice is an Arch of the first slots (the prefix cache's
+    key). `Arch(types)` takes the types as they are; `Arch.parse` reads any spelling and checks it against a space.
+    """
+
+    types: tuple[str, ...]
+
+    def __post_init__(self):
+        if isinstance(self.types, str):  # Arch("ccsf") would be four one-letter "types"
+            raise TypeError(f"Arch() takes layer types, not the spelling {self.types!r}: use Arch.parse")
+        object.__setattr__(self, "types", tuple(self.types))
+
+    @classmethod
+    def parse(cls, value, space: SpaceSpec) -> Arch:
+        """Any accepted spelling (module docstring) checked against the space's slots and candidate types; an Arch
+        that passes is returned as it is."""
+        types = _read(value, space.slots)
+        if len(types) != space.slots:
+            raise UserError(f"arch has {len(types)} slots but space {space.name!r} has {space.slots}")
+        outside = sorted({t for t in types if t not in space.candidates}, key=LAYER_TYPES.index)
+        if outside:
+            raise UserError(f"layer type(s) {', '.join(outside)} not in space {space.name!r} "
+                            f"(candidates: {', '.join(space.candidates)})")
+        return value if isinstance(value, cls) else cls(types)
+
+    @classmethod
+    def from_dict(cls, sample) -> Arch:
+        """NNI's dict form, as NNI hands out samples (labels layer00.., known types); no space to check against."""
+        sample = dict(sample)
+        return cls(_from_dict(sample, infer_slots(sample)))
+
+    # -- a read-only sequence of layer types
+    def __len__(self) -> int:
+        return len(self.types)
+
+    def __iter__(self):
+        return iter(self.types)
+
+    def __getitem__(self, index):
+        return type(self)(self.types[index]) if isinstance(index, slice) else self.types[index]
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Arch):
+            return self.types == other.types
+        if isinstance(other, (tuple, list)):
+            return self.types == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.types)
+
+    def __lt__(self, other) -> bool:  # lexicographic by types: neighbours in sorted order share prefixes
+        if isinstance(other, Arch):
+            return self.types < other.types
+        return NotImplemented
+
+    # -- the spellings written to disk and handed to NNI
+    @property
+    def letters(self) -> tuple[str, ...]:
+        """One letter per slot (c=dc s=sa f=ff g=glu)."""
+        return tuple(LETTER_OF[t] for t in self.types)
+
+    @property
+    def compact(self) -> str:
+        """Letters as one string ("ccsf..."): the spelling history.jsonl, best_arch.json and orders.json hold."""
+        return "".join(self.letters)
+
+    def __str__(self) -> str:
+        return self.compact
+
+    def __repr__(self) -> str:
+        try:
+            return f"Arch({self.compact!r})"
+        except KeyError:  # values that are not layer types (Algorithm 1 is generic)
+            return f"Arch({self.types!r})"
+
+    @property
+    def dict(self) -> dict[str, str]:
+        """NNI's dict form {"layer00": "dc", ...} (last in the class body: the name shadows the builtin there)."""
+        return {slot_label(i): t for i, t in enumerate(self.types)}
+
+
+def parse_arch(value, space: SpaceSpec) -> Arch:
+    """`Arch.parse`: any accepted spelling, checked against the space."""
+    return Arch.parse(value, space)
 
 def infer_slots(value) -> int:
     """Number of slots an arch spelling has (24, the paper's, for named references)."""
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (Arch, list, tuple)):
         return len(value)
     if isinstance(value, dict):
         return len(value["arch"]) if isinstance(value.get("arch"), dict) else len(value)
@@ -152,10 +243,11 @@ def _loads(text: str, where: str) -> dict:
     return data
 
 
-def to_dict(types: list[str]) -> dict[str, str]:
-    """NNI's dict form."""
-    return {slot_label(i): t for i, t in enumerate(types)}
+def to_dict(types) -> dict[str, str]:
+    """NNI's dict form of an Arch or a list of layer types (`Arch.dict`)."""
+    return Arch(types).dict
 
 
-def to_compact(types: list[str]) -> str:
-    return "".join(LETTER_OF[t] for t in types)
+def to_compact(types) -> str:
+    """Compact letters of an Arch or a list of layer types (`Arch.compact`)."""
+    return Arch(types).compact

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from .arch import parse_arch, to_compact, to_dict
+from .arch import Arch
 from .config import ModelConfig, SpaceSpec, load_size, load_space
 
 
@@ -12,8 +12,9 @@ def _numel(module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def param_counts(cfg: ModelConfig, types: list[str]) -> dict:
-    """Parameter counts without building the whole model: one module per distinct layer type."""
+def param_counts(cfg: ModelConfig, types) -> dict:
+    """Parameter counts of an Arch (or a list of layer types) without building the whole model: one module per
+    distinct layer type."""
     from .layers import build_layer
     from .modeling import Embeddings, MLMHead
 
@@ -36,14 +37,14 @@ def param_counts(cfg: ModelConfig, types: list[str]) -> dict:
 
 def describe(arch, size: str, space: SpaceSpec, **overrides) -> dict:
     cfg = load_size(size, **overrides)
-    types = parse_arch(arch, space)
+    arch = Arch.parse(arch, space)
     return {
-        "arch": to_compact(types),
-        "arch_dict": to_dict(types),
+        "arch": arch.compact,
+        "arch_dict": arch.dict,
         "size": size,
         "space": space.name,
         "config": cfg.to_dict(),
-        "params": param_counts(cfg, types),
+        "params": param_counts(cfg, arch),
     }
 
 

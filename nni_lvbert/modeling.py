@@ -84,23 +84,34 @@ class MaskedLMMixin:
             target = labels
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100)
         valid = target != -100
-        correct = predicts_target(logits.detach(), target).sum()
+        correct = mlm_correct(logits.detach(), target).sum()
         return MLMOutput(loss=loss, logits=logits, correct=correct, count=valid.sum(), hidden=hidden)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, only_masked=True):
         return self.mlm(self.encode(input_ids, attention_mask, token_type_ids), labels, only_masked)
 
 
-def predicts_target(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """`logits.argmax(-1) == target`, exactly (ties go to the first maximum, as argmax), but several times faster
-    on CPU, where argmax over a vocabulary is slow and amax + gather are not: argmax runs only on the rows whose
-    target logit reaches the maximum. Targets < 0 (ignored positions) give False."""
+def mlm_correct(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The one definition of a right MLM prediction: `logits.argmax(-1) == target`, exactly (ties go to the first
+    maximum, as argmax), but several times faster on CPU, where argmax over a vocabulary is slow and amax + gather
+    are not: argmax runs only on the rows whose target logit reaches the maximum. Targets < 0 (ignored positions)
+    give False. Training, validation, the search scorer, the nnictl trial and IOT's per-instance counts all use it."""
     safe = target.clamp(min=0)
     hit = (logits.gather(-1, safe.unsqueeze(-1)).squeeze(-1) == logits.amax(-1)) & (target >= 0)
     if bool(hit.any()):
         rows = hit.clone()
         hit[rows] = logits[rows].argmax(-1) == safe[rows]
     return hit
+
+
+def mlm_accuracy(pairs) -> float:
+    """Right / counted tokens over (logits, target) pairs, by `mlm_correct` (targets < 0 are not counted); 0.0 when
+    nothing is counted. Exact: the counts are integers, divided once at the end."""
+    correct = count = 0
+    for logits, target in pairs:
+        correct += int(mlm_correct(logits, target).sum())
+        count += int((target >= 0).sum())
+    return correct / count if count else 0.0
 
 
 def init_weights(module: nn.Module, std: float) -> None:
@@ -120,7 +131,7 @@ def init_weights(module: nn.Module, std: float) -> None:
             nn.init.zeros_(m.bias)
 
 
-def build_slot_layers(types: list[str], cfg: ModelConfig) -> list[nn.Module]:
+def build_slot_layers(types, cfg: ModelConfig) -> list[nn.Module]:
     """One module per slot; with sharing='type' all slots of a type reuse one module (ALBERT)."""
     shared: dict[str, nn.Module] = {}
     layers = []
@@ -134,14 +145,15 @@ def build_slot_layers(types: list[str], cfg: ModelConfig) -> list[nn.Module]:
 
 
 class LVBertForMaskedLM(MaskedLMMixin, nn.Module):
-    """A fixed architecture: `arch` is anything `parse_arch` accepts (list, dict, compact string, name, file)."""
+    """A fixed architecture: `arch` is anything `Arch.parse` accepts (Arch, list, dict, compact string, name, file);
+    `self.arch` is the Arch."""
 
     def __init__(self, cfg: ModelConfig, arch, space: SpaceSpec | None = None):
         super().__init__()
-        from .arch import infer_slots, parse_arch
+        from .arch import Arch, infer_slots
 
         self.config = cfg
-        self.arch = parse_arch(arch, space or SpaceSpec(name="any", slots=infer_slots(arch)))
+        self.arch = Arch.parse(arch, space or SpaceSpec(name="any", slots=infer_slots(arch)))
         self.embeddings = Embeddings(cfg)
         self.layers = nn.ModuleList(build_slot_layers(self.arch, cfg))
         self.head = MLMHead(cfg, self.embeddings.word)

@@ -1,9 +1,10 @@
-"""Arch spellings, named references and bad input through `lvbert info`."""
+"""The Arch value (every spelling, equality, hashing, round trips), named references and bad input through
+`lvbert info`."""
 import json
 
 import pytest
 
-from nni_lvbert.arch import LVBERT_SMALL, named_arch, parse_arch, sandwich, to_compact, to_dict
+from nni_lvbert.arch import LVBERT_SMALL, Arch, named_arch, parse_arch, sandwich, to_compact, to_dict
 from nni_lvbert.cli import main
 from nni_lvbert.config import SpaceSpec, load_space
 from nni_lvbert.errors import UserError
@@ -11,16 +12,79 @@ from nni_lvbert.errors import UserError
 SPACE = load_space("lvbert")
 
 
-def test_spellings_agree(tmp_path):
-    compact = "ccsffscffsccsfcfscfcssfs"
-    d = to_dict(parse_arch(compact, SPACE))
-    assert d["layer00"] == "dc" and d["layer02"] == "sa" and d["layer03"] == "ff" and len(d) == 24
-    f = tmp_path / "a.json"
-    f.write_text(json.dumps(d))
-    best = tmp_path / "best_arch.json"
-    best.write_text(json.dumps({"arch": d, "score": 0.3}))
-    for spelling in [compact, d, LVBERT_SMALL, "lvbert-small", str(f), str(best), json.dumps(d), parse_arch(compact, SPACE)]:
-        assert to_compact(parse_arch(spelling, SPACE)) == compact
+COMPACT = "ccsffscffsccsfcfscfcssfs"  # = lvbert-small = LVBERT_SMALL's digits
+TYPES = [{"c": "dc", "s": "sa", "f": "ff", "g": "glu"}[ch] for ch in COMPACT]
+DICT = {f"layer{i:02d}": t for i, t in enumerate(TYPES)}
+
+
+def spelling(kind: str, tmp_path):
+    if kind == "json-file":
+        (tmp_path / "a.json").write_text(json.dumps(DICT))
+        return str(tmp_path / "a.json")
+    if kind == "best_arch.json":
+        (tmp_path / "best_arch.json").write_text(json.dumps({"arch": DICT, "compact": COMPACT, "score": 0.3}))
+        return str(tmp_path / "best_arch.json")
+    return {"dict": DICT, "best-dict": {"arch": DICT}, "compact": COMPACT, "compact-padded": f"  {COMPACT}\n",
+            "digits": LVBERT_SMALL, "name": "lvbert-small", "json-text": json.dumps(DICT), "list": TYPES,
+            "tuple": tuple(TYPES), "arch": Arch(TYPES)}[kind]
+
+
+@pytest.mark.parametrize("kind", ["dict", "best-dict", "compact", "compact-padded", "digits", "name", "json-text",
+                                  "json-file", "best_arch.json", "list", "tuple", "arch"])
+def test_arch_parses_every_spelling_to_one_value(kind, tmp_path):
+    value = spelling(kind, tmp_path)
+    arch = Arch.parse(value, SPACE)
+    assert type(arch) is Arch and arch == Arch(TYPES) and hash(arch) == hash(Arch(TYPES))
+    assert arch.types == tuple(TYPES) and arch.compact == str(arch) == COMPACT and arch.dict == DICT
+    assert parse_arch(value, SPACE) == arch and to_compact(arch) == COMPACT and to_dict(arch) == DICT
+    if kind == "arch":
+        assert Arch.parse(value, SPACE) is value  # an Arch of the space passes through as it is
+
+
+def test_arch_is_an_immutable_hashable_sequence():
+    import dataclasses
+
+    arch = Arch.parse(COMPACT, SPACE)
+    assert len(arch) == 24 and list(arch) == TYPES and arch[0] == "dc" and arch[-1] == "sa"
+    assert arch.letters == tuple(COMPACT) and arch.count("dc") == 8 and "glu" not in arch
+    prefix = arch[:3]  # a prefix is an Arch of fewer slots (the prefix cache's key)
+    assert type(prefix) is Arch and prefix == ["dc", "dc", "sa"] and prefix.compact == "ccs"
+    # equal to (and hashed as) the same types in a list or tuple; never equal to a spelling
+    assert arch == TYPES and TYPES == arch and arch == tuple(TYPES) and hash(arch) == hash(tuple(TYPES))
+    assert arch != COMPACT and arch != DICT and arch != TYPES[:-1] and arch != Arch(TYPES[::-1])
+    assert {arch: 1}[Arch(list(TYPES))] == 1 and len({arch, Arch(TYPES), Arch.parse(DICT, SPACE)}) == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        arch.types = ()
+    a, b, c = Arch(["dc", "sa"]), Arch(["dc", "sa", "ff"]), Arch(["sa", "dc"])
+    assert sorted([c, b, a]) == [a, b, c]  # lexicographic by types: neighbours share prefixes
+    assert repr(arch) == f"Arch({COMPACT!r})"
+    with pytest.raises(TypeError):
+        json.dumps(arch)  # on disk an arch is always spelled out: .compact or .dict
+    with pytest.raises(TypeError, match="use Arch.parse"):
+        Arch(COMPACT)
+
+
+def test_arch_round_trips():
+    arch = Arch.parse(COMPACT, SPACE)
+    assert Arch.parse(arch.compact, SPACE) == arch and Arch.parse(arch.dict, SPACE) == arch
+    assert Arch.parse(json.loads(json.dumps(arch.dict)), SPACE) == arch
+    assert Arch.from_dict(arch.dict) == arch and Arch(list(arch)) == arch and Arch(arch) == arch
+    for text in ("sf" * 12, "g" * 24, "cfgs" * 6):
+        assert Arch.parse(text, SPACE).compact == text
+    with pytest.raises(UserError, match="keys layer00..layer02"):
+        Arch.from_dict({"layer00": "dc", "layer01": "sa", "layer03": "ff"})
+
+
+def test_an_arch_is_checked_against_the_space():
+    arch = Arch.parse("lvbert-small", SPACE)
+    with pytest.raises(UserError, match="not in space"):
+        Arch.parse(arch, SpaceSpec(name="sa-ff", slots=24, candidates=["sa", "ff"]))
+    with pytest.raises(UserError, match="has 24 slots"):
+        Arch.parse(arch, SpaceSpec(name="short", slots=6))
+    with pytest.raises(UserError, match="unknown layer type"):
+        Arch.parse(Arch(["dc", "conv"]), SpaceSpec(name="two", slots=2))
+    with pytest.raises(UserError, match="cannot read an architecture from int"):
+        Arch.parse(3, SPACE)
 
 
 def test_named_references():
@@ -86,3 +150,12 @@ def test_bad_space_file(tmp_path):
     f.write_text("slots: 4\ncandidates: [sa, conv]\n")
     with pytest.raises(UserError, match="candidates must be"):
         load_space(f)
+
+
+def test_arch_and_algorithm1_stay_pure():
+    """Algorithm 1 carries Arch values without importing torch or NNI (it is driven by both NNI adapters)."""
+    import subprocess
+    import sys
+
+    code = "import sys, nni_lvbert.search.algorithm; print(sorted({'torch', 'nni'} & set(sys.modules)))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "[]"

@@ -1,4 +1,5 @@
-"""Fixed model vs HF BERT, NNI space vs fixed model, sharing, factorized embeddings, parameter counts."""
+"""Fixed model vs HF BERT, NNI space vs fixed model, sharing, factorized embeddings, parameter counts, and the one
+MLM-accuracy function (exact ties) that training, the search scorer, the nnictl trial and IOT share."""
 import pytest
 import torch
 
@@ -146,8 +147,8 @@ def test_dropout_zero_means_train_equals_eval():
 
 
 @pytest.mark.parametrize("shape", [(50, 97), (4, 7, 33)])
-def test_predicts_target_is_argmax_equals_target_including_ties(shape):
-    from nni_lvbert.modeling import predicts_target
+def test_mlm_correct_is_argmax_equals_target_including_ties(shape):
+    from nni_lvbert.modeling import mlm_accuracy, mlm_correct
 
     g = torch.Generator().manual_seed(0)
     logits = torch.randint(0, 4, shape, generator=g).float()  # few distinct values: many ties
@@ -155,12 +156,64 @@ def test_predicts_target_is_argmax_equals_target_including_ties(shape):
     target.view(-1)[::5] = -100  # ignored positions never count
     target.view(-1)[1::7] = logits.reshape(-1, shape[-1]).argmax(-1)[1::7]  # and plenty of hits
     expected = (logits.argmax(-1) == target) & (target >= 0)
-    got = predicts_target(logits, target)
+    got = mlm_correct(logits, target)
     assert got.dtype == torch.bool and got.shape == target.shape
     assert torch.equal(got, expected) and 0 < int(got.sum()) < got.numel()
     tied = (logits == logits.amax(-1, keepdim=True)).sum(-1) > 1
     wrong_tie = tied & (logits.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1) == logits.amax(-1)) & ~expected
     assert wrong_tie.any()  # the case amax + gather alone would count as correct
+    halves = [(logits[:3], target[:3]), (logits[3:], target[3:])]  # accuracy sums exact counts over pairs
+    assert mlm_accuracy(halves) == int(expected.sum()) / int((target >= 0).sum())
+    assert mlm_accuracy([]) == 0.0
+
+
+@pytest.fixture(scope="module")
+def untrained_supernet(tmp_path_factory):
+    """A supernet run directory (6 slots, untrained: the tied head below decides every prediction)."""
+    from tests.search_fixtures import build_tiny_supernet, prepare_tiny_data
+
+    root = tmp_path_factory.mktemp("ties")
+    return build_tiny_supernet(root / "supernet", prepare_tiny_data(root), steps=0)
+
+
+def test_scorer_trial_and_iot_count_ties_like_the_one_accuracy_function(untrained_supernet, one_thread):
+    """A head whose logits are one tied bias at every position: argmax takes the first of the two tied tokens, so a
+    target equal to the second is wrong. The search scorer, the nnictl trial and IOT's per-instance counts all agree
+    with `modeling.mlm_accuracy` and with a plain argmax."""
+    from nni_lvbert.iot.routing import activate, path_layers, per_instance_mlm
+    from nni_lvbert.modeling import mlm_accuracy
+    from nni_lvbert.search.scorer import SupernetScorer
+    from nni_lvbert.search.trial import load_candidate, model_accuracy
+
+    scorer = SupernetScorer(untrained_supernet, val_tokens=1024, batch_size=32, prefix_cache=False)
+    targets = torch.cat([b.target for b in scorer.batches])
+    first, second = sorted(targets.bincount().topk(2).indices.tolist())  # two frequent targets, tied below
+
+    def tie(head):
+        with torch.no_grad():
+            for t in (head.dense.weight, head.dense.bias, head.norm.bias, head.bias):
+                t.zero_()  # the head's input is 0, so its logits are its bias
+            head.bias[[first, second]] = 1.0
+
+    arch = scorer.parse("csfgcs")
+    model = load_candidate(untrained_supernet, arch)  # the nnictl trial's model
+    tie(model.head)
+    tie(scorer.space.head)
+    logits = scorer.space.head.bias.detach().expand(len(targets), -1)  # every masked position's logits
+    expected, n = mlm_accuracy([(logits, targets)]), len(targets)
+    assert expected == int((logits.argmax(-1) == targets).sum()) / n  # ties: the first maximum
+    assert expected == int((targets == first).sum()) / n > 0 and bool((targets == second).any())
+    assert scorer.score(arch) == expected
+    assert model_accuracy(model, scorer.batches) == expected
+    activate(path_layers(scorer.space), arch.dict)
+    correct = count = 0
+    with torch.inference_mode():
+        for b in scorer.batches:
+            labels = torch.full_like(b.input_ids, -100)
+            labels[b.masked] = b.target
+            r = per_instance_mlm(scorer.space, scorer.space.encode(b.input_ids, b.mask, b.token_type_ids), labels)
+            correct, count = correct + int(r.correct.sum()), count + int(r.count.sum())
+    assert correct / count == expected
 
 
 def test_config_checks_live_in_model_config():

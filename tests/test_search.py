@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nni_lvbert.arch import Arch
 from nni_lvbert.errors import UserError
 from nni_lvbert.search.algorithm import Algorithm1, ConstraintError, EvolutionConfig
 from tests.search_fixtures import SLOTS, build_tiny_supernet, one_error_line, run_cli
@@ -182,7 +183,7 @@ def test_tuner_adapter_runs_the_same_algorithm_under_concurrency():
 # -------------------------------------------------------------------------------------------- supernet
 def test_scores_are_inherited_weights_without_copying_the_supernet(tiny, scorer, monkeypatch):
     from nni_lvbert.supernet.rundir import load_supernet
-    from nni_lvbert.search.trial import load_candidate, mlm_accuracy
+    from nni_lvbert.search.trial import load_candidate, model_accuracy
 
     ptrs = {n: p.data_ptr() for n, p in scorer.space.named_parameters()}
     deep = []
@@ -195,25 +196,25 @@ def test_scores_are_inherited_weights_without_copying_the_supernet(tiny, scorer,
     sn = load_supernet(tiny["run"])
     fresh, spec, cfg = sn.space, sn.spec, sn.cfg
     for arch, score in zip(archs, got):
-        types = scorer.types(arch)
+        types = scorer.parse(arch)
         frozen = fresh.freeze({f"layer{i:02d}": t for i, t in enumerate(types)}).eval()
-        assert mlm_accuracy(frozen, scorer.batches) == pytest.approx(score, abs=1e-6)
+        assert model_accuracy(frozen, scorer.batches) == pytest.approx(score, abs=1e-6)
         fixed = load_candidate(tiny["run"], types, spec, cfg)  # the nnictl trial's model
-        assert mlm_accuracy(fixed, scorer.batches) == pytest.approx(score, abs=1e-6)
+        assert model_accuracy(fixed, scorer.batches) == pytest.approx(score, abs=1e-6)
     assert 0.0 < max(got) <= 1.0
 
 
 def test_trial_loads_shared_layer_weights(tiny, tmp_path):
     """sharing='type' (ALBERT): the weight file keeps one copy per layer type; the trial still finds it."""
     from nni_lvbert.search.scorer import SupernetScorer
-    from nni_lvbert.search.trial import load_candidate, mlm_accuracy
+    from nni_lvbert.search.trial import load_candidate, model_accuracy
 
     run = build_tiny_supernet(tmp_path / "shared", tiny["data"], steps=0, sharing="type", initializer_range=0.5)
     scorer = SupernetScorer(run, val_tokens=512, batch_size=32)
     spec, cfg = scorer.spec, scorer.cfg
     for arch in ("csfgcs", "gggsss"):
-        types = scorer.types(arch)
-        assert mlm_accuracy(load_candidate(run, types, spec, cfg), scorer.batches) == scorer.score(arch)
+        types = scorer.parse(arch)
+        assert model_accuracy(load_candidate(run, types, spec, cfg), scorer.batches) == scorer.score(arch)
 
 
 def test_prefix_cache_gives_identical_scores_with_less_work(tiny):
@@ -244,12 +245,13 @@ def test_strategies_under_nas_experiment(scorer, tmp_path):
     cfg = EvolutionConfig(population=5, iterations=2, topk=2, crossover=2, mutation=2)
     for name in ("evolution", "regularized-evolution", "random"):
         seen = []
-        evaluator = SupernetEvaluator(lambda s: seen.append(tuple(s.values())) or scorer.score(list(s.values())))
+        evaluator = SupernetEvaluator(lambda arch: seen.append(arch) or scorer.score(arch))  # an Arch per sample
         exp = run_strategy(scorer.space, make_strategy(name, cfg, seed=0), evaluator, cfg.budget,
                            tmp_path / name)
         assert len(seen) == cfg.budget == 9 and len(set(seen)) == 9, name
         best = exp.export_top_models(top_k=1, formatter="dict")[0]
-        assert scorer.score(list(best.values())) == max(scorer.score(list(s)) for s in seen)
+        assert all(isinstance(a, Arch) for a in seen)
+        assert scorer.score(best) == max(scorer.score(a) for a in seen)
 
 
 # --------------------------------------------------------------------------------------------- CLI

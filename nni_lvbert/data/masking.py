@@ -44,7 +44,8 @@ def mask_validation(val, tokenizer, mlm_probability: float, seed: int, cache_fil
 
 
 class PadCollator:
-    """Collate already-masked validation rows: pad to the longest row, build attention_mask, LongTensors."""
+    """Collate already-masked rows: pad to the longest row, build attention_mask, LongTensors. The one padding of
+    masked rows: the validation DataLoader and the search scorer's validation batches (`load_val_batches`)."""
 
     def __init__(self, pad_token_id: int):
         self.pad_token_id = pad_token_id

@@ -5,7 +5,6 @@ import time
 
 import torch
 
-from ..arch import to_compact
 from .strategy import summarize, validation_counts
 
 
@@ -41,7 +40,7 @@ def evaluate_iot(model, loader, max_batches: int | None = None, progress: bool =
         val += validation_counts(out.choice, results)
         usage += torch.bincount(out.choice, minlength=m).double()
         grouped += torch.stack([out.mlm.loss_sum.sum(), out.mlm.correct.sum(), out.mlm.count.sum()]).double()
-    stats = summarize(val, usage, archs=[to_compact(o) for o in model.orders])
+    stats = summarize(val, usage, archs=[o.compact for o in model.orders])
     n = max(float(grouped[2]), 1.0)
     stats["routed_grouped"] = {"val_mlm_acc": float(grouped[1]) / n, "val_loss": float(grouped[0]) / n}
     stats["batches"] = total

@@ -1,6 +1,6 @@
 """Candidate orders for IOT: top-M of a search's history, explicit architectures, or block permutations.
 
-Every order is an architecture of the search space (a list of layer types, one per slot); all M orders share the
+Every order is an architecture of the search space (an `Arch`: one layer type per slot); all M orders share the
 supernet's per-slot modules, so slot i with type t is the same module in every order choosing t there.
 """
 from __future__ import annotations
@@ -9,10 +9,10 @@ import itertools
 import math
 from pathlib import Path
 
-from ..arch import parse_arch, to_compact
+from ..arch import Arch
 from ..config import LAYER_TYPES, TYPE_OF_LETTER, SpaceSpec
 from ..errors import UserError
-from ..search.history import HISTORY, read_history
+from ..search.history import HISTORY, read_history, record_arch
 
 DEFAULT_M = 4
 DEFAULT_SEARCH_DIR = "runs/search"
@@ -23,21 +23,20 @@ def check_m(m: int) -> None:
         raise UserError(f"IOT needs at least 2 candidate orders, got M={m}")
 
 
-def _distinct(orders: list[list[str]], what: str) -> None:
-    seen: dict[str, int] = {}
+def _distinct(orders: list[Arch], what: str) -> None:
+    seen: dict[Arch, int] = {}
     for i, o in enumerate(orders):
-        c = to_compact(o)
-        if c in seen:
-            raise UserError(f"{what}: orders {seen[c] + 1} and {i + 1} are the same architecture ({c})")
-        seen[c] = i
+        if o in seen:
+            raise UserError(f"{what}: orders {seen[o] + 1} and {i + 1} are the same architecture ({o.compact})")
+        seen[o] = i
 
 
-def explicit_orders(values: list[str], spec: SpaceSpec) -> list[list[str]]:
+def explicit_orders(values: list[str], spec: SpaceSpec) -> list[Arch]:
     """Arch strings / names / JSON files, each checked against the space."""
     orders = []
     for v in values:
         try:
-            orders.append(parse_arch(v, spec))
+            orders.append(Arch.parse(v, spec))
         except UserError as exc:
             raise UserError(f"order {v!r}: {exc}") from None
     check_m(len(orders))
@@ -46,7 +45,7 @@ def explicit_orders(values: list[str], spec: SpaceSpec) -> list[list[str]]:
 
 
 def parse_block(text: str, spec: SpaceSpec) -> list[str]:
-    """'sa,ff,dc' (layer types) or 'sfc' (letters) -> ['sa', 'ff', 'dc']."""
+    """'sa,ff,dc' (layer types) or 'sfc' (letters) -> ['sa', 'ff', 'dc'] (a block, not an Arch: it has fewer slots)."""
     text = text.strip()
     if "," in text or text in LAYER_TYPES:
         types = [t.strip() for t in text.split(",") if t.strip()]
@@ -70,17 +69,16 @@ def parse_block(text: str, spec: SpaceSpec) -> list[str]:
     return types
 
 
-def block_orders(block: list[str], m: int, spec: SpaceSpec) -> list[list[str]]:
+def block_orders(block: list[str], m: int, spec: SpaceSpec) -> list[Arch]:
     """IOT-style orders: the first M distinct permutations of `block` (itertools order, identity first), each
     repeated to fill the space's slots (truncated when the slots are not a multiple of the block)."""
     check_m(m)
     reps = math.ceil(spec.slots / len(block))
     orders, seen = [], set()
     for perm in itertools.permutations(block):
-        order = (list(perm) * reps)[: spec.slots]
-        key = to_compact(order)
-        if key not in seen:
-            seen.add(key)
+        order = Arch((perm * reps)[: spec.slots])
+        if order not in seen:
+            seen.add(order)
             orders.append(order)
             if len(orders) == m:
                 return orders
@@ -88,11 +86,12 @@ def block_orders(block: list[str], m: int, spec: SpaceSpec) -> list[list[str]]:
                     f"asked for M={m}")
 
 
-def history_orders(search_dir: str | Path, m: int, spec: SpaceSpec) -> tuple[list[list[str]], list[float]]:
+def history_orders(search_dir: str | Path, m: int, spec: SpaceSpec) -> tuple[list[Arch], list[float]]:
     """Top-M distinct architectures by `score` from a search output directory (or a history.jsonl file).
 
-    Tolerant reader: `arch` may be a compact string, any `parse_arch` spelling or NNI's dict form (`arch_dict` is
-    used when `arch` is missing); records without a numeric score are skipped; an arch seen twice keeps its best.
+    Tolerant reader (`history.record_arch`): `arch` may be any `Arch.parse` spelling, NNI's dict form included
+    (`arch_dict` is used when `arch` is missing); records without a numeric score are skipped; an arch seen twice
+    keeps its best.
     """
     check_m(m)
     p = Path(search_dir)
@@ -101,27 +100,27 @@ def history_orders(search_dir: str | Path, m: int, spec: SpaceSpec) -> tuple[lis
         raise UserError(f"search directory not found: {p}")
     if not path.is_file():
         raise UserError(f"no {HISTORY} in {p}: run `lvbert search run` first, or pass --orders / --block")
-    best: dict[str, tuple[float, int, list[str]]] = {}
+    best: dict[Arch, tuple[float, int]] = {}  # arch -> (its best score, its first record)
     for i, rec in enumerate(read_history(path)):
-        arch = rec.get("arch", rec.get("arch_dict"))
         score = rec.get("score")
-        if arch is None or not isinstance(score, (int, float)) or isinstance(score, bool) or math.isnan(score):
+        if not isinstance(score, (int, float)) or isinstance(score, bool) or math.isnan(score):
             continue
         try:
-            types = parse_arch(arch, spec)
+            arch = record_arch(rec, spec)
         except UserError as exc:
             raise UserError(f"{path} record {i + 1}: {exc}") from None
-        key = to_compact(types)
-        if key not in best or score > best[key][0]:
-            best[key] = (float(score), best.get(key, (0, i))[1], types)
-    ranked = sorted(best.values(), key=lambda r: (-r[0], r[1]))
-    if len(ranked) < m:
-        raise UserError(f"{path} has {len(ranked)} distinct scored architecture(s); IOT asked for M={m}")
-    return [r[2] for r in ranked[:m]], [r[0] for r in ranked[:m]]
+        if arch is None:
+            continue
+        if arch not in best or score > best[arch][0]:
+            best[arch] = (float(score), best.get(arch, (0, i))[1])
+    ranked = sorted(best, key=lambda a: (-best[a][0], best[a][1]))[:m]
+    if len(best) < m:
+        raise UserError(f"{path} has {len(best)} distinct scored architecture(s); IOT asked for M={m}")
+    return ranked, [best[a][0] for a in ranked]
 
 
 def resolve_orders(spec: SpaceSpec, orders: list[str] | None = None, orders_from: str | None = None,
-                   block: str | None = None, m: int | None = None) -> tuple[list[list[str]], dict]:
+                   block: str | None = None, m: int | None = None) -> tuple[list[Arch], dict]:
     """Exactly one source (default: top-M of runs/search). Returns (orders, description of the source)."""
     given = [name for name, v in (("--orders", orders), ("--orders-from", orders_from), ("--block", block)) if v]
     if len(given) > 1:

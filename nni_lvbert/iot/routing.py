@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..modeling import predicts_target
+from ..arch import Arch
+from ..modeling import mlm_correct
 from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN  # noqa: F401 (re-exported)
 
 
@@ -116,13 +117,14 @@ class InstanceMLM:
 
 
 def per_instance_mlm(space, hidden: torch.Tensor, labels: torch.Tensor) -> InstanceMLM:
-    """MLM loss/accuracy per sequence; the vocabulary projection runs only at masked positions."""
+    """MLM loss/accuracy per sequence (right tokens by `modeling.mlm_correct`, as every other MLM accuracy); the
+    vocabulary projection runs only at masked positions."""
     where = labels != -100
     rows = where.nonzero(as_tuple=True)[0]
     logits = space.head(hidden[where])
     target = labels[where]
     ce = F.cross_entropy(logits.float(), target, reduction="none")
-    right = predicts_target(logits.detach(), target).to(ce.dtype)
+    right = mlm_correct(logits.detach(), target).to(ce.dtype)
     b = labels.shape[0]
     loss_sum = ce.new_zeros(b).index_add(0, rows, ce)
     correct = ce.new_zeros(b).index_add(0, rows, right)
@@ -200,16 +202,14 @@ def order_forward(space, orders: list[dict], m: int, input_ids, attention_mask=N
 class IOTModel(nn.Module):
     """A trained IOT model: shared supernet weights + order predictor + the M candidate orders."""
 
-    def __init__(self, space, predictor: OrderPredictor, orders: list[list[str]], spec=None, cfg=None,
+    def __init__(self, space, predictor: OrderPredictor, orders: list[Arch], spec=None, cfg=None,
                  meta: dict | None = None):
         super().__init__()
-        from ..arch import to_dict
-
         if predictor.num_orders != len(orders):
             raise ValueError(f"predictor has {predictor.num_orders} outputs for {len(orders)} orders")
         self.space, self.predictor = space, predictor
-        self.orders = [list(o) for o in orders]
-        self.order_dicts = [to_dict(o) for o in self.orders]
+        self.orders = [Arch(o) for o in orders]  # Arch or lists of layer types
+        self.order_dicts = [o.dict for o in self.orders]  # NNI's form: what `activate` selects
         self.spec, self.config, self.meta = spec, cfg, meta or {}
         self._layers = path_layers(space)
 

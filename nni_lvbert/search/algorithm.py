@@ -1,7 +1,8 @@
 """LV-BERT Algorithm 1 (the SPOS evolutionary search) as one pure ask/tell class, without NNI.
 
 Both NNI adapters drive this class: `strategy.LVBertEvolution` (a `nni.nas` Strategy, in process) and
-`tuner.LVBertEvolutionTuner` (an `nni.tuner.Tuner`, for nnictl). Nothing here imports NNI or torch.
+`tuner.LVBertEvolutionTuner` (an `nni.tuner.Tuner`, for nnictl). Nothing here imports NNI or torch: a candidate is
+an `arch.Arch` (one value per label, in label order), which is plain Python.
 
     P_0 = P random candidates;  top-k = {}
     for n = 0 .. T-1:
@@ -30,9 +31,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..arch import Arch
 from ..errors import UserError
-
-Arch = tuple  # one value per label, in label order
 
 
 @dataclass
@@ -90,9 +90,10 @@ class Algorithm1:
     """Ask/tell LV-BERT Algorithm 1 over a space of categorical choices.
 
     `choices` maps each label to its values (e.g. {"layer00": ["dc", "sa", "ff", "glu"], ...}); architectures go
-    in and out as dicts {label: value}. `accept(arch_dict) -> bool` is an optional constraint: rejected candidates
-    are never handed out. `ask()` returns the next candidate, or None when the current generation is all handed
-    out but not all scored (wait for `tell`), or when the search is finished (`finished`).
+    in and out as dicts {label: value} (what NNI hands out and freezes); inside, each is an `Arch` of the values in
+    label order (`key`). `accept(arch_dict) -> bool` is an optional constraint: rejected candidates are never
+    handed out. `ask()` returns the next candidate, or None when the current generation is all handed out but not
+    all scored (wait for `tell`), or when the search is finished (`finished`).
     """
 
     def __init__(self, choices: Mapping[str, Sequence], config: EvolutionConfig | None = None, seed: int = 0,
@@ -167,12 +168,15 @@ class Algorithm1:
 
     # ------------------------------------------------------------------ helpers
     def key(self, arch) -> Arch:
+        """The Arch of a dict {label: value} (or of values in label order)."""
+        if isinstance(arch, Arch):
+            return arch
         if isinstance(arch, Mapping):
             try:
-                return tuple(arch[label] for label in self.labels)
+                return Arch(arch[label] for label in self.labels)
             except KeyError as exc:
                 raise KeyError(f"architecture lacks label {exc.args[0]}") from None
-        return tuple(arch)
+        return Arch(arch)
 
     def to_dict(self, arch: Arch) -> dict:
         return dict(zip(self.labels, arch))
@@ -218,16 +222,16 @@ class Algorithm1:
     def crossover(self, a: Arch, b: Arch) -> Arch:
         """Each slot from parent a or parent b with probability 1/2."""
         pick = self.rng.integers(2, size=len(a))
-        return tuple(b[s] if pick[s] else a[s] for s in range(len(a)))
+        return Arch(b[s] if pick[s] else a[s] for s in range(len(a)))
 
     def mutate(self, parent: Arch) -> Arch:
         """Each slot re-drawn uniformly (possibly to the same value) with probability p."""
         redraw = self.rng.random(len(parent)) < self.config.mutation_prob
-        return tuple(self.values[s][int(self.rng.integers(len(self.values[s])))] if redraw[s] else parent[s]
-                     for s in range(len(parent)))
+        return Arch(self.values[s][int(self.rng.integers(len(self.values[s])))] if redraw[s] else parent[s]
+                    for s in range(len(parent)))
 
     def _random(self) -> Arch:
-        return tuple(vals[int(self.rng.integers(len(vals)))] for vals in self.values)
+        return Arch(vals[int(self.rng.integers(len(vals)))] for vals in self.values)
 
     def _fill_random(self, out: list[Arch], n: int) -> None:
         remaining = self.space_size - len(self.scores) - len(self.asked) - len(self._building)
@@ -321,11 +325,11 @@ class Algorithm1:
         self.rng.bit_generator.state = state["rng"]
         self._started = state["started"]
         self.generation = state["generation"]
-        self.population = [tuple(a) for a in state["population"]]
-        self.scores = {tuple(a): s for a, s in state["scores"]}
-        self.generation_of = {tuple(a): g for a, g in state["generation_of"]}
-        self.topk = [tuple(a) for a in state["topk"]]
-        self.origin = {tuple(a): (kind, *[tuple(x) for x in parents]) for a, kind, *parents in state["origin"]}
+        self.population = [Arch(a) for a in state["population"]]
+        self.scores = {Arch(a): s for a, s in state["scores"]}
+        self.generation_of = {Arch(a): g for a, g in state["generation_of"]}
+        self.topk = [Arch(a) for a in state["topk"]]
+        self.origin = {Arch(a): (kind, *[Arch(x) for x in parents]) for a, kind, *parents in state["origin"]}
         self.finished = state["finished"]
         self.rejected = dict(state["rejected"])
         self.asked = set()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..arch import Arch
 from ..config import ModelConfig, SpaceSpec
 from ..errors import UserError
 
@@ -31,7 +32,8 @@ def layer_macs_per_token(layer_type: str, cfg: ModelConfig, length: int | None =
 
 
 class CostModel:
-    """Backbone parameters (as `lvbert info`) and FLOPs of architectures of one space at one size."""
+    """Backbone parameters (as `lvbert info`) and FLOPs of architectures (Arch, or lists of layer types) of one space
+    at one size."""
 
     def __init__(self, cfg: ModelConfig, spec: SpaceSpec):
         from ..info import param_counts
@@ -40,17 +42,17 @@ class CostModel:
         self.layer_params = param_counts(cfg, list(spec.candidates))["per_layer"]
         self.layer_flops = {t: 2 * cfg.max_length * layer_macs_per_token(t, cfg) for t in spec.candidates}
 
-    def params(self, types: list[str]) -> int:
+    def params(self, arch: Arch) -> int:
         if self.cfg.sharing == "type":
-            return sum(self.layer_params[t] for t in set(types))
-        return sum(self.layer_params[t] for t in types)
+            return sum(self.layer_params[t] for t in set(arch))
+        return sum(self.layer_params[t] for t in arch)
 
-    def flops(self, types: list[str]) -> int:
-        return sum(self.layer_flops[t] for t in types)
+    def flops(self, arch: Arch) -> int:
+        return sum(self.layer_flops[t] for t in arch)
 
-    def describe(self, types: list[str]) -> dict:
-        return {"backbone_params": self.params(types), "backbone_flops": self.flops(types),
-                "layer_counts": dict(Counter(types))}
+    def describe(self, arch: Arch) -> dict:
+        return {"backbone_params": self.params(arch), "backbone_flops": self.flops(arch),
+                "layer_counts": dict(Counter(arch))}
 
     def min_params(self) -> int:
         smallest = min(self.layer_params.values())
@@ -60,7 +62,7 @@ class CostModel:
         return min(self.layer_flops.values()) * self.spec.slots
 
     def constraint(self, max_params: int | None = None, max_flops: int | None = None):
-        """A predicate types -> bool for the constraints (None when there are none).
+        """A predicate arch -> bool for the constraints (None when there are none).
 
         Raises UserError at once when no architecture of the space can satisfy a constraint on its own.
         """
@@ -73,8 +75,8 @@ class CostModel:
             raise UserError(f"no architecture of space {self.spec.name!r} satisfies --max-flops {max_flops}: "
                             f"the cheapest backbone needs {self.min_flops()} FLOPs per sequence")
 
-        def accept(types: list[str]) -> bool:
-            return ((max_params is None or self.params(types) <= max_params)
-                    and (max_flops is None or self.flops(types) <= max_flops))
+        def accept(arch: Arch) -> bool:
+            return ((max_params is None or self.params(arch) <= max_params)
+                    and (max_flops is None or self.flops(arch) <= max_flops))
 
         return accept

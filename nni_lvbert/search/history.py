@@ -1,10 +1,24 @@
-"""history.jsonl: the one reader and writer of a search's evaluated candidates (search, IOT order selection)."""
+"""history.jsonl: the one reader and writer of a search's evaluated candidates (search, IOT order selection).
+
+A record holds its architecture twice, as `arch` (compact letters) and `arch_dict` (NNI's dict form); in memory it
+is one `Arch` (`record_arch`).
+"""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from ..arch import Arch
+from ..config import SpaceSpec
+
 HISTORY = "history.jsonl"
+
+
+def record_arch(record: dict, spec: SpaceSpec) -> Arch | None:
+    """The Arch of a record, checked against the space: `arch` in any `Arch.parse` spelling, else `arch_dict`;
+    None when the record has neither. Raises UserError for an arch that is not one of the space."""
+    value = record.get("arch", record.get("arch_dict"))
+    return None if value is None else Arch.parse(value, spec)
 
 
 def read_history(path: Path) -> list[dict]:

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..arch import to_compact, to_dict
+from ..arch import Arch
 from ..errors import UserError
 from ..rundir import RunDir, check_output_dir
 from .algorithm import EvolutionConfig
@@ -122,7 +122,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     loaded = load_supernet(supernet)
     _check_space(loaded.spec, opts.space, supernet)
     cost = CostModel(loaded.cfg, loaded.spec)
-    accept_types = cost.constraint(opts.max_params, opts.max_flops)  # raises when a bound is impossible
+    accept = cost.constraint(opts.max_params, opts.max_flops)  # raises when a bound is impossible
     scorer = SupernetScorer(loaded, val_tokens=opts.val_tokens, batch_size=opts.batch_size, data=opts.data,
                             prefix_cache=opts.prefix_cache, cache_mb=opts.cache_mb, keep=opts.evolution.topk,
                             device=opts.device)
@@ -147,11 +147,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     write_json_atomic(out / SETTINGS, {"settings": settings, "strategies": opts.strategies,
                                        "options": options_dict(opts)})
     history = History(out / HISTORY)
-    for r in history.records:  # known scores are never recomputed
-        scorer.scores.setdefault(r["arch"], r["score"])
-
-    labels = scorer.labels
-    accept = (lambda sample: accept_types([sample[label] for label in labels])) if accept_types else None
+    scorer.remember(history.records)  # known scores are never recomputed
     budget = opts.evolution.budget
     summary: dict[str, dict] = {}
     from tqdm.auto import tqdm
@@ -194,9 +190,8 @@ def _run_one(name: str, opts: SearchOptions, scorer, cost, accept, history: Hist
     state = {"index": 0, "best": None, "start": time.perf_counter(), "computed": scorer.computed}
     bar.set_description(name)
 
-    def score(sample: dict) -> float:
-        types = [sample[label] for label in scorer.labels]
-        compact = to_compact(types)
+    def score(arch: Arch) -> float:
+        compact = arch.compact
         i = state["index"]
         state["index"] += 1
         if i < len(previous):  # replaying an interrupted search: same seed, same proposals
@@ -205,13 +200,13 @@ def _run_one(name: str, opts: SearchOptions, scorer, cost, accept, history: Hist
                                 f"{i} ({previous[i]['arch']} vs {compact}); use --overwrite")
             value = previous[i]["score"]
         else:
-            cached = compact in scorer.scores
+            cached = arch in scorer.scores
             t0 = time.perf_counter()
-            value = scorer.score(types)
+            value = scorer.score(arch)
             iteration = strategy.iteration if hasattr(strategy, "iteration") else cfg.iteration_of(i)
             history.append({"strategy": name, "index": i, "iteration": iteration, "arch": compact,
-                            "arch_dict": to_dict(types), "score": value, "backbone_params": cost.params(types),
-                            "backbone_flops": cost.flops(types), "cached": cached,
+                            "arch_dict": arch.dict, "score": value, "backbone_params": cost.params(arch),
+                            "backbone_flops": cost.flops(arch), "cached": cached,
                             "seconds": round(time.perf_counter() - t0, 4)})
         if state["best"] is None or value > state["best"][1]:
             state["best"] = (compact, value)
@@ -230,18 +225,17 @@ def _run_one(name: str, opts: SearchOptions, scorer, cost, accept, history: Hist
 
 
 def _best_arch(best: dict, name: str, opts: SearchOptions, scorer, cost, summary: dict) -> dict:
-    from ..arch import parse_arch
     from ..info import param_counts
 
-    types = parse_arch(best["arch"], scorer.spec)
-    params = param_counts(scorer.cfg, types)
+    arch = scorer.parse(best["arch"])
+    params = param_counts(scorer.cfg, arch)
     return {
-        "arch": to_dict(types),
+        "arch": arch.dict,
         "compact": best["arch"],
         "score": best["score"],
         "metric": "mlm_acc (inherited supernet weights, fixed-masked validation split)",
         "params": {k: params[k] for k in ("backbone", "word_embedding", "other_embedding", "mlm_head", "total")},
-        "backbone_flops": cost.flops(types),
+        "backbone_flops": cost.flops(arch),
         "strategy": name,
         "seed": opts.seed,
         "supernet": {**scorer.describe(), "run_dir": str(Path(opts.supernet).resolve())},

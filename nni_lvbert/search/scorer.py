@@ -8,11 +8,12 @@ split, until at least `val_tokens` tokens. Everything happens in one process on 
 - the validation set is read and batched once;
 - the vocabulary projection runs only at masked positions;
 - prefix reuse: the hidden states of the whole validation set after the first d slots are cached, keyed by the
-  d slot types. A candidate resumes from its longest cached prefix. Kept are the prefixes of the last candidate
-  (consecutive candidates of an Algorithm-1 generation are in lexicographic order), the prefixes of the best
-  `keep` candidates so far (the parents of the next generation) and, within `cache_mb`, the most recently used
-  others. Scores with and without the cache are the same computation on the same tensors;
-- known scores are never recomputed (`scores`, seeded from history.jsonl when resuming).
+  prefix `arch[:d]` (an Arch of d slots). A candidate resumes from its longest cached prefix. Kept are the
+  prefixes of the last candidate (consecutive candidates of an Algorithm-1 generation are in lexicographic order),
+  the prefixes of the best `keep` candidates so far (the parents of the next generation) and, within `cache_mb`,
+  the most recently used others. Scores with and without the cache are the same computation on the same tensors;
+- known scores are never recomputed (`scores`, keyed by Arch, seeded from history.jsonl when resuming);
+- the accuracy is `modeling.mlm_accuracy` (exact argmax, ties included), as in training and the nnictl trial.
 """
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from ..arch import parse_arch, slot_label, to_compact
-from ..modeling import predicts_target
+from ..arch import Arch, slot_label
 from ..errors import UserError
+from ..modeling import mlm_accuracy
 
 
 def resolve_device(name: str | None = "auto"):
@@ -68,6 +69,7 @@ def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: 
     """The first validation sequences with at least `val_tokens` tokens in all (or the whole split), batched.
     With `run_dir`, the data must have been tokenized with that run's tokenizer."""
     from ..data import PreparedData
+    from ..data.masking import IGNORE_INDEX, PadCollator
     from ..rundir import RunDir
 
     if val_tokens < 1:
@@ -88,7 +90,7 @@ def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: 
     for start in range(0, len(ds), chunk):
         part = ds[start:start + chunk]
         for ids, types, labels in zip(part["input_ids"], part["token_type_ids"], part["labels"]):
-            rows.append((ids, types, labels))
+            rows.append({"input_ids": ids, "token_type_ids": types, "labels": labels})
             tokens += len(ids)
             if tokens >= val_tokens:
                 break
@@ -96,25 +98,17 @@ def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: 
             break
     if not rows:
         raise UserError(f"{path} has an empty validation split")
-    if max_position is not None and max(len(r[0]) for r in rows) > max_position:
+    if max_position is not None and max(len(r["input_ids"]) for r in rows) > max_position:
         raise UserError(f"{path} has sequences longer than the supernet's position table ({max_position})")
+    collate = PadCollator(pad_token_id)
     batches = []
     for b in range(0, len(rows), batch_size):
-        part = rows[b:b + batch_size]
-        n = max(len(r[0]) for r in part)
-        ids = torch.full((len(part), n), pad_token_id, dtype=torch.long)
-        types = torch.zeros((len(part), n), dtype=torch.long)
-        labels = torch.full((len(part), n), -100, dtype=torch.long)
-        mask = torch.zeros((len(part), n), dtype=torch.bool)
-        for i, (a, t, y) in enumerate(part):
-            m = len(a)
-            ids[i, :m] = torch.as_tensor(a, dtype=torch.long)
-            types[i, :m] = torch.as_tensor(t, dtype=torch.long)
-            labels[i, :m] = torch.as_tensor(y, dtype=torch.long)
-            mask[i, :m] = True
+        batch = collate(rows[b:b + batch_size])
+        ids, types, labels = batch["input_ids"], batch["token_type_ids"], batch["labels"]
+        mask = batch["attention_mask"].bool()
         if device is not None:
             ids, types, labels, mask = (t.to(device) for t in (ids, types, labels, mask))
-        masked = labels != -100
+        masked = labels != IGNORE_INDEX
         batches.append(ValBatch(ids, types, None if bool(mask.all()) else mask, masked, labels[masked],
                                 int(mask.sum())))
     stats = {"data": str(data.path), "sequences": len(rows), "tokens": tokens,
@@ -123,22 +117,28 @@ def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: 
     return batches, stats
 
 
+def batches_accuracy(head, hidden, batches: list[ValBatch]) -> float:
+    """MLM accuracy of the hidden states of validation batches (`modeling.mlm_accuracy`); the vocabulary
+    projection runs only at masked positions. The scorer and the nnictl trial score through it."""
+    return mlm_accuracy((head(h[b.masked]), b.target) for h, b in zip(hidden, batches))
+
+
 class PrefixCache:
-    """Hidden states of the validation set after a prefix of slots, keyed by the prefix's layer types."""
+    """Hidden states of the validation set after a prefix of slots, keyed by the prefix (`arch[:d]`, an Arch)."""
 
     def __init__(self, max_bytes: int, keep: int):
         self.max_bytes, self.keep = max_bytes, keep
-        self.states: OrderedDict[tuple, list[torch.Tensor]] = OrderedDict()  # LRU order, most recent last
+        self.states: OrderedDict[Arch, list[torch.Tensor]] = OrderedDict()  # LRU order, most recent last
         self.bytes = 0
-        self.best: list[tuple[float, tuple]] = []  # (score, arch) of the `keep` best, best first
-        self.pinned: dict[tuple, int] = {}  # prefix -> number of best archs through it
+        self.best: list[tuple[float, Arch]] = []  # (score, arch) of the `keep` best, best first
+        self.pinned: dict[Arch, int] = {}  # prefix -> number of best archs through it
         self.hits = 0
 
     @staticmethod
     def _size(states: list[torch.Tensor]) -> int:
         return sum(t.numel() * t.element_size() for t in states)
 
-    def longest(self, arch: tuple) -> tuple[int, list[torch.Tensor] | None]:
+    def longest(self, arch: Arch) -> tuple[int, list[torch.Tensor] | None]:
         for d in range(len(arch) - 1, 0, -1):
             states = self.states.get(arch[:d])
             if states is not None:
@@ -147,7 +147,7 @@ class PrefixCache:
                 return d, states
         return 0, None
 
-    def put(self, prefix: tuple, states: list[torch.Tensor]) -> None:
+    def put(self, prefix: Arch, states: list[torch.Tensor]) -> None:
         if prefix in self.states:
             self.states.move_to_end(prefix)
             return
@@ -170,7 +170,7 @@ class PrefixCache:
             prefix, states = self.states.popitem(last=False)
             self.bytes -= self._size(states)
 
-    def scored(self, arch: tuple, score: float) -> None:
+    def scored(self, arch: Arch, score: float) -> None:
         """Keep the prefixes of the best `keep` candidates: the parents of the next generation."""
         if self.keep <= 0:
             return
@@ -218,44 +218,50 @@ class SupernetScorer:
                                                         cfg.max_position, run_dir=self.run_dir, device=self.device)
         self.prefix_cache = prefix_cache
         self.cache = PrefixCache(int(cache_mb * 2**20), keep if prefix_cache else 0)
-        self.scores: dict[str, float] = {}  # compact arch -> score
+        self.scores: dict[Arch, float] = {}
         self.computed = 0  # candidates actually run through the network
         self.slots_computed = 0
         self.seconds = 0.0
         with torch.inference_mode():
             self._embedded = [space.embeddings(b.input_ids, b.token_type_ids) for b in self.batches]
 
-    def types(self, arch) -> list[str]:
-        return parse_arch(arch, self.spec)
+    def parse(self, arch) -> Arch:
+        """Any `Arch.parse` spelling, checked against the supernet's space."""
+        return Arch.parse(arch, self.spec)
+
+    def remember(self, records) -> None:
+        """Scores already known (history.jsonl records), never computed again. A record whose arch does not read
+        as one of this space is left out: a resumed search reports it when its replay reaches it."""
+        from .history import record_arch
+
+        for r in records:
+            try:
+                arch = record_arch(r, self.spec)
+            except UserError:
+                continue
+            if arch is not None:
+                self.scores.setdefault(arch, r["score"])
 
     def score(self, arch) -> float:
-        types = self.types(arch)
-        key = to_compact(types)
-        if key in self.scores:
-            return self.scores[key]
+        arch = self.parse(arch)
+        if arch in self.scores:
+            return self.scores[arch]
         start = time.perf_counter()
-        arch_t = tuple(types)
         with torch.inference_mode():
-            d, states = self.cache.longest(arch_t) if self.prefix_cache else (0, None)
+            d, states = self.cache.longest(arch) if self.prefix_cache else (0, None)
             x = states if states is not None else self._embedded
-            for i in range(d, len(types)):
+            for i in range(d, len(arch)):
                 layer = self.layers[i]
-                layer.resample(memo={self.labels[i]: types[i]})
+                layer.resample(memo={self.labels[i]: arch[i]})
                 x = [layer(h, b.mask) for h, b in zip(x, self.batches)]
-                if self.prefix_cache and i + 1 < len(types):
-                    self.cache.put(arch_t[:i + 1], x)
-            correct = count = 0
-            head = self.space.head
-            for h, b in zip(x, self.batches):
-                logits = head(h[b.masked])
-                correct += int(predicts_target(logits, b.target).sum())
-                count += int(b.target.numel())
-        score = correct / count if count else 0.0
-        self.scores[key] = score
+                if self.prefix_cache and i + 1 < len(arch):
+                    self.cache.put(arch[:i + 1], x)
+            score = batches_accuracy(self.space.head, x, self.batches)
+        self.scores[arch] = score
         if self.prefix_cache:
-            self.cache.scored(arch_t, score)
+            self.cache.scored(arch, score)
         self.computed += 1
-        self.slots_computed += len(types) - d
+        self.slots_computed += len(arch) - d
         self.seconds += time.perf_counter() - start
         return score
 
@@ -275,8 +281,8 @@ def score_cli(args) -> int:
                             prefix_cache=False, device=args.device)
     from .cost import CostModel
 
-    types = scorer.types(args.arch)
-    score = scorer.score(types)
-    print(json.dumps({"arch": to_compact(types), "mlm_acc": score, **CostModel(scorer.cfg, scorer.spec).describe(types),
+    arch = scorer.parse(args.arch)
+    score = scorer.score(arch)
+    print(json.dumps({"arch": arch.compact, "mlm_acc": score, **CostModel(scorer.cfg, scorer.spec).describe(arch),
                       "val_tokens": scorer.val_stats["tokens"], "masked_tokens": scorer.val_stats["masked_tokens"]}))
     return 0

@@ -8,6 +8,9 @@ All get the same evaluation budget (`EvolutionConfig.budget`, enforced by the en
 the sequential execution engine with `SupernetEvaluator`, which scores each frozen sample in process through a
 `SupernetScorer` (no model instantiation: `_execute` reads `model.sample`). Constraints: Algorithm 1 filters its own
 candidates; the NNI strategies are chained with NNI's `Filter` middleware, so rejected candidates are never scored.
+
+NNI speaks dicts ({"layer00": "dc", ...}); here each is turned into an `Arch` once (`Arch.from_dict`), and the
+evaluator's score function and the constraint see only that Arch.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from nni.nas.execution.event import ModelEvent, ModelEventType
 from nni.nas.space import ExecutableModelSpace, ModelStatus
 from nni.nas.strategy.base import Strategy
 
+from ..arch import Arch
 from ..nni_compat import SampleEvaluator, strategy_interrupted
 from .algorithm import Algorithm1, EvolutionConfig
 
@@ -29,16 +33,17 @@ STRATEGIES = ("evolution", "regularized-evolution", "random")
 
 
 class LVBertEvolution(Strategy):
-    """LV-BERT Algorithm 1 as an NNI strategy. `accept(sample_dict) -> bool` is an optional constraint."""
+    """LV-BERT Algorithm 1 as an NNI strategy. `accept(arch) -> bool` is an optional constraint."""
 
-    def __init__(self, config: EvolutionConfig | None = None, seed: int = 0, accept: Callable[[dict], bool] | None = None):
+    def __init__(self, config: EvolutionConfig | None = None, seed: int = 0,
+                 accept: Callable[[Arch], bool] | None = None):
         super().__init__()
         self.config = config or EvolutionConfig()
         self.config.validate()
         self.seed = seed
         self.accept = accept
         self.algorithm: Algorithm1 | None = None
-        self._running: dict[tuple, ExecutableModelSpace] = {}
+        self._running: dict[Arch, ExecutableModelSpace] = {}
         self._state: dict | None = None
 
     def extra_repr(self) -> str:
@@ -48,7 +53,8 @@ class LVBertEvolution(Strategy):
 
     def _initialize(self, model_space: ExecutableModelSpace, engine: ExecutionEngine) -> ExecutableModelSpace:
         choices = {label: list(m.values) for label, m in model_space.simplify().items()}
-        self.algorithm = Algorithm1(choices, self.config, seed=self.seed, accept=self.accept)
+        accept = (lambda sample: self.accept(Arch.from_dict(sample))) if self.accept else None
+        self.algorithm = Algorithm1(choices, self.config, seed=self.seed, accept=accept)
         if self._state is not None:
             self.algorithm.load_state_dict(self._state)
         engine.register_model_event_callback(ModelEventType.TrainingEnd, self._training_end)
@@ -100,12 +106,16 @@ class LVBertEvolution(Strategy):
 
 
 class SupernetEvaluator(SampleEvaluator):
-    """Scores a frozen sample in process with inherited supernet weights; never builds a model (NNI 3.0's private
-    `Evaluator._execute` is overridden: see nni_compat)."""
+    """Scores a frozen sample in process with inherited supernet weights as `score(arch)`; never builds a model
+    (NNI 3.0's private `Evaluator._execute` is overridden: see nni_compat)."""
+
+    def __init__(self, score: Callable[[Arch], float]):
+        super().__init__(lambda sample: score(Arch.from_dict(sample)))
 
 
-def make_strategy(name: str, config: EvolutionConfig, seed: int, accept: Callable[[dict], bool] | None = None):
-    """A strategy by name, sized to `config.budget` evaluations (the engine enforces the budget)."""
+def make_strategy(name: str, config: EvolutionConfig, seed: int, accept: Callable[[Arch], bool] | None = None):
+    """A strategy by name, sized to `config.budget` evaluations (the engine enforces the budget); `accept(arch)` is
+    an optional constraint (e.g. `CostModel.constraint`)."""
     if name == "evolution":
         return LVBertEvolution(config, seed=seed, accept=accept)
     if name == "regularized-evolution":
@@ -124,8 +134,8 @@ def make_strategy(name: str, config: EvolutionConfig, seed: int, accept: Callabl
         return strategy
     from nni.nas.strategy.middleware import Chain, Filter
 
-    return Chain(strategy, Filter(lambda model: accept(dict(model.sample)), patience=config.max_rejections,
-                                  retain_history=False))
+    return Chain(strategy, Filter(lambda model: accept(Arch.from_dict(model.sample)),
+                                  patience=config.max_rejections, retain_history=False))
 
 
 def run_strategy(space, strategy, evaluator: SupernetEvaluator, budget: int, workdir) -> None:

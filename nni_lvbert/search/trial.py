@@ -21,55 +21,49 @@ from ..nni_compat import ignore_nni_import_warnings
 from ..supernet.rundir import supernet_dir
 
 
-def load_candidate(run_dir, types: list[str], spec=None, cfg=None):
-    """The model of `types` with the supernet's trained weights (eval mode), by NNI's public route: the trained
-    one-shot space (`load_supernet`, safetensors) frozen to the architecture (`ModelSpace.freeze` keeps the chosen
-    layers' weights; the same modules the in-process scorer runs). `spec`/`cfg` are accepted for older callers;
-    the run directory's own are used."""
-    from ..arch import to_dict
+def load_candidate(run_dir, arch, spec=None, cfg=None):
+    """The model of `arch` (an Arch or a list of layer types) with the supernet's trained weights (eval mode), by
+    NNI's public route: the trained one-shot space (`load_supernet`, safetensors) frozen to the architecture
+    (`ModelSpace.freeze` keeps the chosen layers' weights; the same modules the in-process scorer runs).
+    `spec`/`cfg` are accepted for older callers; the run directory's own are used."""
+    from ..arch import Arch
     from ..supernet.rundir import load_supernet
 
-    return load_supernet(run_dir).space.freeze(to_dict(types)).eval()
+    return load_supernet(run_dir).space.freeze(Arch(arch).dict).eval()
 
 
-def mlm_accuracy(model, batches) -> float:
-    """Correct / masked tokens over pre-built validation batches (vocab projection only at masked positions)."""
+def model_accuracy(model, batches) -> float:
+    """MLM accuracy of a built model over pre-built validation batches: each batch through `model.encode`, then the
+    scorer's `batches_accuracy` (vocabulary projection only at masked positions)."""
     import torch
 
-    from ..modeling import predicts_target
+    from .scorer import batches_accuracy
 
-    correct = count = 0
     with torch.inference_mode():
-        for b in batches:
-            x = model.embeddings(b.input_ids, b.token_type_ids)
-            for layer in model.layers:
-                x = layer(x, b.mask)
-            logits = model.head(x[b.masked])
-            correct += int(predicts_target(logits, b.target).sum())
-            count += int(b.target.numel())
-    return correct / count if count else 0.0
+        hidden = (model.encode(b.input_ids, b.mask, b.token_type_ids) for b in batches)
+        return batches_accuracy(model.head, hidden, batches)
 
 
 def score_trial(run_dir, arch, val_tokens: int = 16384, batch_size: int = 64, data=None, device="auto") -> dict:
-    from ..arch import parse_arch, to_compact
+    from ..arch import Arch
     from .cost import CostModel
     from .scorer import load_val_batches, resolve_device
 
     start = time.perf_counter()
     run = supernet_dir(run_dir)
     spec, cfg, meta = run.spec, run.cfg, run.meta
-    types = parse_arch(arch, spec)
+    arch = Arch.parse(arch, spec)
     device = resolve_device(device)
     data = data or (meta.get("data") or {}).get("path")
     if not data:
         raise UserError("the supernet's meta.json records no prepared data directory; pass --data")
     batches, stats = load_val_batches(data, val_tokens, batch_size, cfg.pad_token_id, cfg.vocab_size,
                                       cfg.max_position, run_dir=run_dir, device=device)
-    model = load_candidate(run_dir, types).to(device)
-    score = mlm_accuracy(model, batches)
+    model = load_candidate(run_dir, arch).to(device)
+    score = model_accuracy(model, batches)
     cost = CostModel(cfg, spec)
-    return {"arch": to_compact(types), "mlm_acc": score, "backbone_params": cost.params(types),
-            "backbone_flops": cost.flops(types), "val_tokens": stats["tokens"],
+    return {"arch": arch.compact, "mlm_acc": score, "backbone_params": cost.params(arch),
+            "backbone_flops": cost.flops(arch), "val_tokens": stats["tokens"],
             "masked_tokens": stats["masked_tokens"], "seconds": round(time.perf_counter() - start, 3)}
 
 

@@ -31,6 +31,7 @@ import nni
 from nni.tuner import Tuner
 from nni.utils import extract_scalar_reward
 
+from ..arch import Arch
 from ..nni_compat import watch_resumed_trials
 from .algorithm import Algorithm1, EvolutionConfig
 
@@ -49,10 +50,8 @@ def _constraint(supernet, max_params, max_flops):
     if not supernet:
         raise UserError("max_params / max_flops need the `supernet` class argument (a run directory)")
     run = supernet_dir(supernet)
-    spec, cfg = run.spec, run.cfg
-    accept = CostModel(cfg, spec).constraint(max_params, max_flops)
-    labels = [f"layer{i:02d}" for i in range(spec.slots)]
-    return lambda arch: accept([arch[label] for label in labels])
+    accept = CostModel(run.cfg, run.spec).constraint(max_params, max_flops)
+    return lambda params: accept(Arch.from_dict(params))  # NNI's dict -> Arch
 
 
 def _locked(method):
@@ -78,8 +77,8 @@ class LVBertEvolutionTuner(Tuner):
         self.algorithm: Algorithm1 | None = None
         self.running: dict[int, dict] = {}  # parameter id -> arch
         self.owed: deque[int] = deque()  # parameter ids requested while the algorithm had nothing to hand out
-        self.known: dict[tuple, float | None] = {}  # imported scores
-        self.resumed: dict[tuple, dict | None] = {}  # re-run by NNI after a resume -> arch once Algorithm 1 asks
+        self.known: dict[Arch, float | None] = {}  # imported scores
+        self.resumed: dict[Arch, dict | None] = {}  # re-run by NNI after a resume -> arch once Algorithm 1 asks
         self.send_trial_callback = None
         self.lock = threading.RLock()
         watch_resumed_trials()  # NNI 3.0's dispatcher does not tell a tuner about re-run trials
@@ -179,12 +178,13 @@ class LVBertEvolutionTuner(Tuner):
             self.algorithm.tell(arch, None)
         self._pay_debts()
 
-    def _key(self, params) -> tuple | None:
+    def _key(self, params) -> Arch | None:
+        """The Arch of NNI's parameters (None when they are not an architecture of the search space)."""
         if not isinstance(params, dict):
             return None
         labels = self.algorithm.labels if self.algorithm else sorted(params)
         try:
-            return tuple(params[label] for label in labels)
+            return Arch(params[label] for label in labels)
         except KeyError:
             return None
 
