@@ -92,7 +92,6 @@ def test_data_tokenized_with_other_token_ids_is_refused(tiny, tmp_path, capsys):
 @pytest.mark.parametrize("device,msg", [("cuda:7", "sees no CUDA GPU"), ("meta", "unsupported device 'meta'"),
                                         ("gpu0", "unknown device 'gpu0'")])
 def test_unavailable_device_is_one_line(tiny, tmp_path, capsys, device, msg):
-
     if device.startswith("cuda") and torch.cuda.is_available():
         msg = "CUDA GPU(s) are visible" if torch.cuda.device_count() <= 7 else None
     if msg is None:
