@@ -22,6 +22,7 @@ COMMANDS = [
     ("supernet", "nni_lvbert.supernet.cli"),
     ("search", "nni_lvbert.search.cli"),
     ("iot", "nni_lvbert.iot.cli"),
+    ("export", "nni_lvbert.export"),
     ("run", "nni_lvbert.pipeline"),
     ("init-experiment", "nni_lvbert.init_experiment"),
 ]

@@ -1,0 +1,82 @@
+"""`lvbert export`: a subnet cut out of a trained supernet (or IOT) run, as a Hugging Face model directory.
+
+    lvbert export --supernet runs/supernet --arch runs/search/best_arch.json --out models/best
+    lvbert export --supernet runs/iot --out models/iot-top      # an IOT run: its most used order by default
+
+The subnet inherits the supernet's weights exactly: NNI's `ModelSpace.freeze(arch)` keeps the chosen layers'
+modules, and `nni_lvbert.hf.save_hf_model` writes them as `LVBertForMaskedLM` (+ tokenizer + bundled code). The
+directory loads with `AutoModelForMaskedLM.from_pretrained(DIR)` after `import nni_lvbert`, or anywhere with
+`trust_remote_code=True`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import UserError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("export", help="a subnet of a supernet/IOT run -> Hugging Face model directory "
+                                      "(config.json, model.safetensors, tokenizer, code)")
+    p.add_argument("--supernet", required=True, metavar="RUN",
+                   help="a finished `lvbert supernet train` (or `lvbert iot train`) run directory")
+    p.add_argument("--arch", default=None,
+                   help="compact string (ccsf...), digits, name, NNI dict JSON or best_arch.json; for an IOT run "
+                        "one of its orders (default: its most used order)")
+    p.add_argument("--out", required=True, metavar="DIR", help="model directory to write")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    p.set_defaults(func=run)
+
+
+def is_iot_run(path) -> bool:
+    from .iot.rundir import ORDERS, PREDICTOR
+
+    return (Path(path) / ORDERS).is_file() and (Path(path) / PREDICTOR).is_file()
+
+
+def choose_arch(run_path, spec, meta: dict, text: str | None):
+    """The Arch to export: `text` parsed against the space; for an IOT run it must be one of the orders, and by
+    default it is the order used most in the run's final evaluation (the first when none was recorded)."""
+    from .arch import Arch
+
+    if not is_iot_run(run_path):
+        if text is None:
+            raise UserError(f"{run_path} is a supernet run: give the subnet with --arch")
+        return Arch.parse(text, spec)
+    from .iot.rundir import read_orders
+    from .rundir import RunDir
+
+    orders, _ = read_orders(RunDir(run_path, "IOT"), spec)
+    if text is None:
+        usage = [o.get("usage") for o in (meta.get("final") or {}).get("orders", [])]
+        if len(usage) == len(orders) and all(isinstance(u, (int, float)) for u in usage):
+            return orders[max(range(len(orders)), key=lambda i: (usage[i], -i))]
+        return orders[0]
+    arch = Arch.parse(text, spec)
+    if arch not in orders:
+        raise UserError(f"{arch.compact} is not one of the IOT run's orders: {', '.join(o.compact for o in orders)}")
+    return arch
+
+
+def export_subnet(run_path, arch_text: str | None, out, overwrite: bool = False) -> dict:
+    """Write the subnet of a supernet/IOT run as a Hugging Face directory; a JSON-ready summary."""
+    from .hf.save import check_model_dir, save_hf_model
+    from .supernet.rundir import load_supernet
+
+    check_model_dir(Path(out), overwrite)  # before loading anything
+    sn = load_supernet(run_path)
+    arch = choose_arch(sn.path, sn.spec, sn.meta, arch_text)
+    subnet = sn.space.freeze(arch.dict).eval()
+    provenance = {"source": "iot" if is_iot_run(sn.path) else "supernet", "run": str(Path(sn.path).resolve()),
+                  "space": sn.spec.to_dict(), "run_steps": sn.meta.get("steps"),
+                  "run_val_mlm_acc": sn.meta.get("final_val_mlm_acc")}
+    path = save_hf_model(subnet, sn.cfg, arch, sn.path / "tokenizer", out, overwrite=overwrite,
+                         provenance=provenance)
+    return {"out": str(path), "arch": arch.compact, "model_class": "LVBertForMaskedLM", **provenance,
+            "files": sorted(p.name for p in Path(path).iterdir())}
+
+
+def run(args) -> int:
+    print(json.dumps(export_subnet(args.supernet, args.arch, args.out, args.overwrite)))
+    return 0
