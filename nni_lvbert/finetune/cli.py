@@ -1,0 +1,99 @@
+"""`lvbert finetune` (one task) and `lvbert glue` (every GLUE task found in a folder)."""
+from __future__ import annotations
+
+import json
+
+from ..cliargs import add_out_arg, add_resume_args
+
+
+def _common(p, default_out: str) -> None:
+    from .run import FinetuneOptions
+
+    d = FinetuneOptions()
+    p.add_argument("--model", default=None, metavar="DIR", help="a model directory (lvbert export / pretrain, or "
+                                                                  "any BERT-style transformers directory)")
+    add_out_arg(p, default_out)
+    p.add_argument("--seeds", type=int, nargs="+", default=d.seeds, help="one run per seed; median reported "
+                                                                         "(default 0; the paper uses 10)")
+    r = p.add_argument_group("recipe (LV-BERT Table 6 / ELECTRA defaults)")
+    r.add_argument("--lr", type=float, default=None, help="peak lr (default 3e-4, 1e-4 for hidden size >= 768)")
+    r.add_argument("--epochs", type=float, default=None, help="default: 10 for RTE and STS-B, 3 otherwise")
+    r.add_argument("--batch-size", type=int, default=d.batch_size)
+    r.add_argument("--max-length", type=int, default=d.max_length, help="sequence length (pairs truncated)")
+    r.add_argument("--warmup-fraction", type=float, default=d.warmup_fraction)
+    r.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    r.add_argument("--layer-decay", type=float, default=d.layer_decay,
+                   help="layer-wise lr decay per block of two slots (1 = off)")
+    r.add_argument("--adam-eps", type=float, default=d.adam_eps)
+    r.add_argument("--max-steps", type=int, default=None, help="cap on training steps per run (quick runs)")
+    r.add_argument("--max-train-examples", type=int, default=None, help="use the first N training examples")
+    r.add_argument("--ckpt-every", type=int, default=None, help="checkpoint every N steps (default: per epoch, "
+                                                                "at most 500)")
+    h = p.add_argument_group("hardware (may change when resuming)")
+    h.add_argument("--accelerator", default=d.accelerator, help="cpu | gpu | auto (one device)")
+    h.add_argument("--precision", default=None, help="32-true | bf16-mixed (default bf16-mixed on GPU)")
+    h.add_argument("--num-workers", type=int, default=d.num_workers)
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    add_resume_args(p, "skip finished task×seed runs and continue an interrupted one")
+
+
+def register(sub) -> None:
+    if "finetune" not in sub.choices:
+        p = sub.add_parser("finetune", help="fine-tune a model directory on one task and evaluate it")
+        p.add_argument("--task", default=None, help="cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli (GLUE "
+                                                     "files), glue:NAME (hub), sotu-era (embedded), or your name "
+                                                     "with --text-column/--label-column")
+        p.add_argument("--data", default=None, metavar="PATH",
+                       help="GLUE folder, or a folder with train.*/dev.* (csv, tsv, jsonl, parquet), or a train file")
+        p.add_argument("--dev-data", default=None, metavar="FILE", help="dev file when --data is a train file")
+        p.add_argument("--text-column", default=None)
+        p.add_argument("--text-pair-column", default=None)
+        p.add_argument("--label-column", default=None)
+        p.add_argument("--task-type", default="classification", choices=["classification", "regression"])
+        _common(p, "runs/finetune")
+        p.set_defaults(func=run_finetune)
+    if "glue" not in sub.choices:
+        g = sub.add_parser("glue", help="fine-tune and evaluate on every GLUE task found in a folder")
+        g.add_argument("--data", default=None, metavar="GLUE_DIR", help="folder with CoLA/ SST-2/ MRPC/ ...")
+        g.add_argument("--tasks", nargs="+", default=None, help="only these tasks (default: every one found)")
+        _common(g, "runs/glue")
+        g.set_defaults(func=run_glue)
+
+
+def _print(summary: dict) -> int:
+    print(json.dumps({"glue_score": summary["glue_score"],
+                      **{t: round(r["score_median"], 2) for t, r in summary["tasks"].items()}}))
+    return 0
+
+
+def run_finetune(args) -> int:
+    from ..cliargs import options_from_args
+    from .run import FinetuneOptions, finetune
+
+    opts = options_from_args(FinetuneOptions, args, {"task": "tasks"}, tasks=[args.task] if args.task else [])
+    return _print(finetune(opts))
+
+
+def run_glue(args) -> int:
+    from ..cliargs import options_from_args
+    from .run import FinetuneOptions, finetune
+    from .tasks import find_glue_tasks, glue_name
+
+    if args.data is None:
+        if not args.resume:
+            from ..errors import UserError
+
+            raise UserError("lvbert glue needs --data GLUE_DIR")
+        return _print(finetune(options_from_args(FinetuneOptions, args, {"tasks": "tasks"}, tasks=[])))
+    found = find_glue_tasks(args.data)
+    if args.tasks:
+        wanted = [glue_name(t) or t for t in args.tasks]
+        missing = [t for t in wanted if t not in found]
+        if missing:
+            from ..errors import UserError
+
+            raise UserError(f"task(s) {', '.join(missing)} not found in {args.data} (found {', '.join(found)})")
+        found = [t for t in found if t in wanted]
+    opts = options_from_args(FinetuneOptions, args, {"tasks": "tasks"}, tasks=found)
+    return _print(finetune(opts))
+

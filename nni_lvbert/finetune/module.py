@@ -1,0 +1,164 @@
+"""Tokenized splits with dynamic padding, and the Lightning module of one fine-tuning run.
+
+Training batches come from `StepBatchSampler` (rows of global batch b are a function of (seed, b)), so a run
+resumed from checkpoints/last.ckpt sees exactly the batches an uninterrupted one would. Each batch is padded to its
+own longest sequence (no work on padding beyond it).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+
+from ..data.resumable import KeyedRows, StepBatchSampler, StepDataLoader
+from ..errors import UserError
+from . import metrics as M
+from .recipe import optimizer_and_schedule
+
+
+def encode(tokenizer, split, task, max_length: int, train: bool) -> list[dict]:
+    """Token ids per example; MRPC/STS-B training sets are doubled with the sentence order swapped."""
+    a, b, labels = list(split.text_a), split.text_b, list(split.labels)
+    if train and task.swap_double and b is not None:
+        a, b, labels = a + list(b), list(b) + a, labels + labels
+    enc = tokenizer(a, list(b) if b is not None else None, truncation=True, max_length=max_length)
+    if task.kind == "regression":
+        ys = [float(y) / task.label_scale for y in labels]
+    else:
+        index = {n: i for i, n in enumerate(task.label_names)}
+        ys = [index[y] for y in labels]
+    rows = []
+    for i, y in enumerate(ys):
+        row = {"input_ids": enc["input_ids"][i], "labels": y}
+        if "token_type_ids" in enc:
+            row["token_type_ids"] = enc["token_type_ids"][i]
+        rows.append(row)
+    return rows
+
+
+def collate(rows: list[dict], pad_id: int, regression: bool) -> dict:
+    rows = [{k: v for k, v in r.items() if k != "_batch"} for r in rows]
+    n = max(len(r["input_ids"]) for r in rows)
+    ids = torch.full((len(rows), n), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), n), dtype=torch.long)
+    types = torch.zeros((len(rows), n), dtype=torch.long)
+    for i, r in enumerate(rows):
+        k = len(r["input_ids"])
+        ids[i, :k] = torch.tensor(r["input_ids"])
+        mask[i, :k] = 1
+        if "token_type_ids" in r:
+            types[i, :k] = torch.tensor(r["token_type_ids"])
+    labels = torch.tensor([r["labels"] for r in rows], dtype=torch.float if regression else torch.long)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, "labels": labels}
+
+
+class FinetuneData(pl.LightningDataModule):
+    def __init__(self, train_rows, dev_rows: dict[str, list], batch_size: int, seed: int, pad_id: int,
+                 regression: bool, eval_batch_size: int = 128, num_workers: int = 0):
+        super().__init__()
+        if len(train_rows) < batch_size:
+            raise UserError(f"the training split has {len(train_rows)} examples, fewer than one batch of "
+                            f"{batch_size}; lower --batch-size")
+        self.train_rows, self.dev_rows, self.batch_size, self.seed = train_rows, dev_rows, batch_size, seed
+        self.pad_id, self.regression, self.eval_batch_size, self.num_workers = pad_id, regression, eval_batch_size, num_workers
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.train_rows) // self.batch_size
+
+    def _collate(self, rows):
+        return collate(rows, self.pad_id, self.regression)
+
+    def train_dataloader(self):
+        done = self.trainer.global_step if self.trainer is not None else 0
+        sampler = StepBatchSampler(len(self.train_rows), self.batch_size, self.seed, start_batch=done)
+        return StepDataLoader(KeyedRows(self.train_rows), batch_sampler=sampler, collate_fn=self._collate,
+                              num_workers=self.num_workers)
+
+    def val_dataloader(self):
+        return [DataLoader(rows, batch_size=self.eval_batch_size, shuffle=False, collate_fn=self._collate)
+                for rows in self.dev_rows.values()]
+
+
+class FinetuneModule(pl.LightningModule):
+    """Wraps a transformers sequence-classification model; validates every dev set, keeps the curve."""
+
+    def __init__(self, model, task, dev_names: list[str], lr: float, total_steps: int, warmup_fraction: float,
+                 weight_decay: float, layer_decay: float, adam_eps: float, steps_per_epoch: int, history_path=None):
+        super().__init__()
+        self.model, self.task, self.dev_names = model, task, dev_names
+        self.model.train()  # from_pretrained returns eval mode: dropout must be on while training
+        self.hp = dict(lr=lr, total_steps=total_steps, warmup_fraction=warmup_fraction, weight_decay=weight_decay,
+                       decay=layer_decay, eps=adam_eps)
+        self.steps_per_epoch = steps_per_epoch
+        self.history: list[dict] = []  # also written to history_path after every validation (resume reads it)
+        self.history_path = history_path
+        self._preds: dict[int, list] = {}
+        self._labels: dict[int, list] = {}
+
+    def forward(self, batch):
+        return self.model(**batch)
+
+    def training_step(self, batch, batch_idx):
+        loss = self.model(**batch).loss
+        self.log("train_loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
+        return loss
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        labels = batch.pop("labels")
+        logits = self.model(**batch).logits
+        pred = logits.squeeze(-1) if self.task.kind == "regression" else logits.argmax(-1)
+        self._preds.setdefault(dataloader_idx, []).append(pred.float().cpu().numpy())
+        self._labels.setdefault(dataloader_idx, []).append(labels.float().cpu().numpy())
+
+    def on_train_start(self):
+        """A run resumed from a checkpoint written at an epoch's last step, just before that epoch's validation
+        (the kill came in between): validate now, so the curve misses no epoch."""
+        step = self.trainer.global_step
+        if step and step % self.steps_per_epoch == 0 and not any(h["step"] == step for h in self.history):
+            was_training = self.model.training
+            self.model.eval()
+            with torch.no_grad():
+                for i, loader in enumerate(self.trainer.datamodule.val_dataloader()):
+                    for batch in loader:
+                        self.validation_step({k: v.to(self.device) for k, v in batch.items()}, 0, i)
+            self.model.train(was_training)
+            self._record()
+
+    def on_validation_epoch_end(self):
+        if self.trainer.sanity_checking:
+            self._preds, self._labels = {}, {}
+            return
+        self._record()
+        self.log("dev_score", self.history[-1]["score"], prog_bar=True)
+
+    def _record(self):
+        dev = {}
+        for i, name in enumerate(self.dev_names):
+            p, y = np.concatenate(self._preds.get(i, [])), np.concatenate(self._labels.get(i, []))
+            dev[name] = M.compute(self.task.metrics, p, y)
+        self._preds, self._labels = {}, {}
+        score = M.task_score(dev)
+        epoch = round(self.trainer.global_step / self.steps_per_epoch, 3)
+        self.history.append({"step": self.trainer.global_step, "epoch": epoch, "score": score, "dev": dev})
+        if self.history_path is not None:
+            from ..rundir import write_json_atomic
+
+            write_json_atomic(self.history_path, {"history": self.history})
+
+    def configure_optimizers(self):
+        opt, sched = optimizer_and_schedule(self.model, self.hp["lr"], self.hp["total_steps"],
+                                            self.hp["warmup_fraction"], self.hp["weight_decay"], self.hp["decay"],
+                                            self.hp["eps"])
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_load_checkpoint(self, checkpoint):
+        """The validations up to the checkpoint's step (one may have run just after the checkpoint was written)."""
+        from pathlib import Path
+
+        from ..rundir import read_json
+
+        if self.history_path is not None and Path(self.history_path).is_file():
+            step = checkpoint.get("global_step", 0)
+            self.history = [h for h in read_json(self.history_path)["history"] if h["step"] <= step]

@@ -1,0 +1,224 @@
+"""`lvbert finetune` / `lvbert glue`: one Lightning run per task × seed, then one results table.
+
+    OUT/options.json                  the options (what --resume continues with)
+    OUT/<task>/seed<k>/               a training run directory (nni_lvbert.training conventions):
+        options.json, checkpoints/last.ckpt (while running), logs/, history.json, meta.json (when finished)
+    OUT/results.json, results.md      median over seeds and every seed's value, per task (+ GLUE score)
+    OUT/dev_curve.png                 dev score per epoch, one line per seed, one panel per task
+
+Everything the input could get wrong (task, files, columns, labels, model, tokenizer, lengths) is checked before
+OUT is created. `--resume` skips finished task×seed runs (meta.json) and continues an interrupted one from its
+checkpoint with the very batches an uninterrupted run would see.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from ..errors import UserError
+from ..options import resume_from, to_dict
+from ..rundir import RunDir, check_output_dir, read_json, write_json_atomic
+from ..training import TrainOptions, fit
+from . import metrics as M
+from .recipe import DECAY, default_lr
+from .tasks import TaskData, load_task
+
+OPTIONS = "options.json"
+
+
+@dataclass
+class FinetuneOptions:
+    MAY_CHANGE: ClassVar[frozenset] = frozenset({"accelerator", "precision", "num_workers", "progress", "run_dir"})
+    FLAGS: ClassVar[dict[str, str]] = {"progress": "--no-progress", "run_dir": "--out", "tasks": "--task"}
+
+    model: str = ""
+    tasks: list[str] = field(default_factory=list)
+    data: str | None = None
+    dev_data: str | None = None
+    text_column: str | None = None
+    text_pair_column: str | None = None
+    label_column: str | None = None
+    task_type: str = "classification"
+    run_dir: str = "runs/finetune"
+    seeds: list[int] = field(default_factory=lambda: [0])
+    lr: float | None = None  # None: 3e-4 (hidden < 768) or 1e-4 (base)
+    epochs: float | None = None  # None: the task's (10 RTE/STS-B, 3 otherwise)
+    batch_size: int = 32
+    max_length: int = 128
+    warmup_fraction: float = 0.1
+    weight_decay: float = 0.01
+    layer_decay: float = DECAY
+    adam_eps: float = 1e-6
+    max_steps: int | None = None  # cap on training steps per run (quick runs)
+    max_train_examples: int | None = None
+    ckpt_every: int | None = None  # None: every epoch, at most 500 steps apart
+    accelerator: str = "auto"
+    precision: str | None = None
+    num_workers: int = 0
+    progress: bool = True
+    resume: bool = False
+    overwrite: bool = False
+    given: list[str] | None = field(default=None, compare=False)
+
+
+@dataclass
+class RunOptions(TrainOptions):
+    """What `training.fit` reads for one task × seed run (every value given, no presets)."""
+
+
+def load_model_dir(path: str):
+    """(config, tokenizer) of a model directory, checked against each other; one line when unusable."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    import nni_lvbert  # noqa: F401  (registers the LV-BERT classes with the Auto factories)
+
+    p = Path(path)
+    if not (p / "config.json").is_file():
+        raise UserError(f"--model {p}: not a model directory (no config.json); make one with `lvbert export` or "
+                        "`lvbert pretrain`")
+    try:
+        config = AutoConfig.from_pretrained(str(p))
+        tok = AutoTokenizer.from_pretrained(str(p))
+    except Exception as exc:  # noqa: BLE001
+        raise UserError(f"--model {p}: cannot load its config/tokenizer ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
+    if len(tok) != config.vocab_size:
+        raise UserError(f"--model {p}: its tokenizer has {len(tok)} tokens but the model a vocabulary of "
+                        f"{config.vocab_size} (a tokenizer of another model?)")
+    if tok.pad_token_id is None or tok.pad_token_id != getattr(config, "pad_token_id", tok.pad_token_id):
+        raise UserError(f"--model {p}: the tokenizer pads with id {tok.pad_token_id}, the model with "
+                        f"{config.pad_token_id}")
+    return config, tok
+
+
+def check(opts: FinetuneOptions):
+    """Everything that can be checked before writing: returns (config, tokenizer, [TaskData])."""
+    if not opts.model:
+        raise UserError("no model given (--model DIR)")
+    if not opts.tasks:
+        raise UserError("no task given (--task)")
+    if len(set(opts.seeds)) != len(opts.seeds) or not opts.seeds:
+        raise UserError(f"--seeds must be distinct, got {' '.join(map(str, opts.seeds))}")
+    for name in ("batch_size", "max_length"):
+        if getattr(opts, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be at least 1")
+    if opts.task_type not in ("classification", "regression"):
+        raise UserError(f"--task-type must be classification or regression, got {opts.task_type}")
+    config, tok = load_model_dir(opts.model)
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is not None and opts.max_length > positions:
+        raise UserError(f"--max-length {opts.max_length} exceeds the model's position table ({positions}); "
+                        f"use --max-length {positions} or less")
+    tasks = [load_task(t, opts.data, opts.dev_data, opts.text_column, opts.text_pair_column, opts.label_column,
+                       opts.task_type) for t in opts.tasks]
+    return config, tok, tasks
+
+
+def begin(opts: FinetuneOptions) -> FinetuneOptions:
+    out = Path(opts.run_dir)
+    if opts.resume and opts.overwrite:
+        raise UserError("--resume and --overwrite exclude each other")
+    check_output_dir(out, opts.resume, opts.overwrite, OPTIONS, "output directory")
+    if opts.resume:
+        stored = read_json(out / OPTIONS, "fine-tuning options")
+        opts = resume_from(opts, stored, out, may_change=opts.MAY_CHANGE, flags=opts.FLAGS)
+    return opts
+
+
+def finetune(opts: FinetuneOptions) -> dict:
+    opts = begin(opts)
+    config, tok, tasks = check(opts)
+    out = Path(opts.run_dir)
+    if not opts.resume:
+        if out.exists() and opts.overwrite:
+            shutil.rmtree(out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out / OPTIONS, to_dict(opts))
+    results = {}
+    for k, task in enumerate(tasks):
+        per_seed = {}
+        for seed in opts.seeds:
+            label = f"[{task.name} {k + 1}/{len(tasks)}, seed {seed}]"
+            per_seed[seed] = run_one(opts, config, tok, task, seed, out / task.name / f"seed{seed}", label)
+        results[task.name] = {"metrics": list(task.metrics), "dev_sets": list(task.dev),
+                              "num_labels": task.num_labels, "labels": task.label_names,
+                              "train_examples": len(task.train), "skipped_lines": task.skipped,
+                              **M.summarize(per_seed),
+                              "curves": {str(s): per_seed[s]["history"] for s in per_seed}}
+    from .report import write_reports
+
+    return write_reports(out, opts, results)
+
+
+def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path: Path, label: str) -> dict:
+    import pytorch_lightning as pl
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    from .module import FinetuneData, FinetuneModule, encode
+
+    run = RunDir(path, "finetune")
+    if run.has("meta.json"):
+        print(f"{label} finished earlier: skipped", file=sys.stderr)
+        return run.read_json("meta.json")
+    resume = run.has("checkpoints/last.ckpt")
+    if not resume and path.exists():
+        shutil.rmtree(path)  # interrupted before its first checkpoint: start it again
+    train = task.train
+    if opts.max_train_examples:
+        train = dataclasses.replace(train, text_a=train.text_a[:opts.max_train_examples],
+                                    text_b=train.text_b[:opts.max_train_examples] if train.text_b else None,
+                                    labels=train.labels[:opts.max_train_examples])
+    train_rows = encode(tok, train, task, opts.max_length, train=True)
+    dev_rows = {n: encode(tok, s, task, opts.max_length, train=False) for n, s in task.dev.items()}
+    dm = FinetuneData(train_rows, dev_rows, opts.batch_size, seed, tok.pad_token_id, task.kind == "regression",
+                      num_workers=opts.num_workers)
+    spe = dm.steps_per_epoch
+    epochs = opts.epochs if opts.epochs is not None else task.epochs
+    total = max(1, int(round(epochs * spe)))
+    if opts.max_steps:
+        total = min(total, opts.max_steps)
+    ropts = RunOptions(run_dir=str(path), seed=seed, lr=opts.lr or default_lr(config), warmup_steps=0,
+                       max_steps=total, batch_size=opts.batch_size, dropout=0.0, weight_decay=opts.weight_decay,
+                       val_every=min(spe, total), val_batches=1.0,
+                       ckpt_every=opts.ckpt_every or min(spe, 500), accelerator=opts.accelerator, devices="1",
+                       precision=opts.precision, num_workers=opts.num_workers, resume=resume, progress=opts.progress)
+    run.path.mkdir(parents=True, exist_ok=True)
+    run.save_options(to_dict(ropts))
+    print(f"{label} {len(train_rows)} training examples, {total} steps ({spe}/epoch), lr {ropts.lr:g}"
+          + (" (resumed)" if resume else ""), file=sys.stderr)
+
+    pl.seed_everything(seed, workers=True, verbose=False)
+    kw = {"num_labels": task.num_labels}
+    if task.kind == "regression":
+        kw["problem_type"] = "regression"
+    else:
+        kw.update(id2label=dict(enumerate(task.label_names)),
+                  label2id={n: i for i, n in enumerate(task.label_names)})
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # "newly initialized classifier" is expected here
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(opts.model, ignore_mismatched_sizes=True, **kw)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    module = FinetuneModule(model, task, list(dev_rows), ropts.lr, total, opts.warmup_fraction, opts.weight_decay,
+                            opts.layer_decay, opts.adam_eps, spe, history_path=run / "history.json")
+    result = fit(run, ropts, module, dm)
+    history = module.history
+    if not history or history[-1]["step"] != total:  # the last step was not a validation step
+        result.trainer.validate(module, datamodule=dm, verbose=False)
+        history = module.history
+    final = history[-1]
+    meta = {"task": task.name, "seed": seed, "steps": total, "epochs": epochs, "steps_per_epoch": spe,
+            "train_seconds": result.train_seconds, "train_examples": len(train_rows),
+            "examples_per_second": total * opts.batch_size / max(result.train_seconds, 1e-9),
+            "score": final["score"], "dev": final["dev"], "history": history, "options": to_dict(ropts)}
+    run.write_json("meta.json", meta)
+    (run / "checkpoints" / "last.ckpt").unlink(missing_ok=True)  # finished: meta.json marks it; free the space
+    print(f"{label} dev score {final['score']:.2f} "
+          + " ".join(f"{d}/{k} {v:.2f}" for d, ms in final["dev"].items() for k, v in ms.items()), file=sys.stderr)
+    return meta

@@ -1,0 +1,315 @@
+"""Fine-tuning: GLUE files in their own layouts and quirks, labelled CSV/JSONL, metrics, LV-BERT's layer-wise lr
+decay, and `lvbert finetune` / `lvbert glue` end to end on a tiny model (embedded task, resume, bad input)."""
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from nni_lvbert.errors import UserError
+from nni_lvbert.finetune import metrics as M
+from nni_lvbert.finetune.recipe import optimizer_and_schedule, param_groups
+from nni_lvbert.finetune.tasks import find_glue_tasks, load_task
+from tests.search_fixtures import one_error_line, run_cli
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PAIRS = [("The cat sat.", "A cat was sitting."), ("It rains.", "The sun shines."), ("He left.", "He went away."),
+         ("Stocks fell.", "Markets rose."), ("She sings.", "She is singing."), ("No way.", "Yes indeed.")]
+
+
+def write(path: Path, lines, bom: bool = False) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + ("\n".join(lines) + "\n").encode("utf-8"))
+
+
+def make_glue(root: Path) -> Path:
+    """Every GLUE task in the layout and quirks of GLUE's download script (6 train, 4 dev examples each)."""
+    t = "\t"
+    for split, n in (("train", 6), ("dev", 4)):
+        rows = PAIRS[:n]
+        write(root / "CoLA" / f"{split}.tsv", [f"gj04{t}{i % 2}{t}{'' if i % 2 else '*'}{t}{a}" for i, (a, _) in
+                                                enumerate(rows)])  # no header
+        write(root / "SST-2" / f"{split}.tsv", [f"sentence{t}label"] + [f"{a}{t}{i % 2}" for i, (a, _) in enumerate(rows)])
+        write(root / "MRPC" / f"{split}.tsv", [f"Quality{t}#1 ID{t}#2 ID{t}#1 String{t}#2 String"]
+              + [f"{i % 2}{t}{100 + i}{t}{200 + i}{t}{a}{t}{b}" for i, (a, b) in enumerate(rows)], bom=True)
+        write(root / "STS-B" / f"{split}.tsv",
+              [t.join(["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1",
+                       "sentence2", "score"])]
+              + [t.join([str(i), "main-captions", "MSRvid", "2012test", f"{i:04d}", "none", "none", a, b,
+                         f"{i * 0.8:.3f}"]) for i, (a, b) in enumerate(rows)])
+        write(root / "QQP" / f"{split}.tsv", [f"id{t}qid1{t}qid2{t}question1{t}question2{t}is_duplicate"]
+              + [f"{i}{t}{i}{t}{i + 50}{t}{a}{t}{b}{t}{i % 2}" for i, (a, b) in enumerate(rows)]
+              + ([f"99{t}1{t}2{t}a question cut short"] if split == "train" else []))  # malformed
+        for name, labels in (("QNLI", ("entailment", "not_entailment")), ("RTE", ("entailment", "not_entailment")),
+                             ("WNLI", ("0", "1"))):
+            cols = ("question", "sentence") if name == "QNLI" else ("sentence1", "sentence2")
+            write(root / name / f"{split}.tsv", [f"index{t}{cols[0]}{t}{cols[1]}{t}label"]
+                  + [f"{i}{t}{a}{t}{b}{t}{labels[i % 2]}" for i, (a, b) in enumerate(rows)])
+    nli = ("contradiction", "entailment", "neutral")
+    head = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
+            "sentence1_parse", "sentence2_parse", "sentence1", "sentence2"]
+    write(root / "MNLI" / "train.tsv", [t.join(head + ["label1", "gold_label"])]
+          + [t.join([str(i), "1", "2", "fiction", "( a )", "( b )", "(S a)", "(S b)", a, b, nli[i % 3], nli[i % 3]])
+             for i, (a, b) in enumerate(PAIRS)] + [f"7{t}1{t}broken line"])  # malformed (as in the release)
+    for dev in ("dev_matched", "dev_mismatched"):
+        write(root / "MNLI" / f"{dev}.tsv", [t.join(head + [f"label{k}" for k in range(1, 6)] + ["gold_label"])]
+              + [t.join([str(i), "1", "2", "fiction", "( a )", "( b )", "(S a)", "(S b)", a, b, *[nli[i % 3]] * 5,
+                         nli[i % 3]]) for i, (a, b) in enumerate(PAIRS[:3])])
+    return root
+
+
+# --- readers ------------------------------------------------------------------------------------------------------
+
+def test_every_glue_task_reads_its_own_layout(tmp_path, capsys):
+    root = make_glue(tmp_path / "glue")
+    assert find_glue_tasks(root) == ["cola", "sst-2", "mrpc", "sts-b", "qqp", "mnli", "qnli", "rte", "wnli"]
+    cola = load_task("cola", root / "CoLA")  # a task folder, no header
+    assert cola.train.text_a[0] == "The cat sat." and cola.train.labels[:2] == ["0", "1"] and len(cola.train) == 6
+    assert cola.metrics == ("mcc",) and cola.epochs == 3
+    mrpc = load_task("MRPC", root)  # the GLUE root; the byte-order mark does not hide the "Quality" column
+    assert mrpc.train.text_b[0] == "A cat was sitting." and mrpc.swap_double and mrpc.metrics == ("acc", "f1")
+    sts = load_task("sts-b", root)
+    assert sts.kind == "regression" and sts.label_scale == 5.0 and sts.train.labels[-1] == pytest.approx(4.0)
+    assert sts.epochs == 10 and sts.metrics == ("spearman", "pearson")
+    qqp = load_task("qqp", root)
+    assert len(qqp.train) == 6 and qqp.skipped["train.tsv"] == 1
+    mnli = load_task("mnli", root)
+    assert list(mnli.dev) == ["dev_matched", "dev_mismatched"] and mnli.skipped["train.tsv"] == 1
+    assert mnli.label_names == ["contradiction", "entailment", "neutral"] and mnli.train.labels[1] == "entailment"
+    assert "skipped 1 malformed line(s)" in capsys.readouterr().err
+    assert load_task("rte", root).epochs == 10 and load_task("qnli", root).train.text_a[0] == "The cat sat."
+    assert load_task("sst2", root).label_names == ["0", "1"]
+
+
+def test_labelled_files_csv_jsonl_and_their_errors(tmp_path):
+    d = tmp_path / "csv"
+    d.mkdir()
+    (d / "train.csv").write_text('text,other,y\n"Hello, world",x,pos\nbad day,x,neg\nok,x,pos\n', encoding="utf-8")
+    (d / "dev.jsonl").write_text("\n".join(json.dumps({"text": t, "other": "x", "y": y})
+                                           for t, y in (("fine", "pos"), ("awful", "neg"))) + "\n")
+    task = load_task("mine", d, text_column="text", label_column="y")
+    assert task.label_names == ["neg", "pos"] and task.train.text_a[0] == "Hello, world" and task.metrics == ("acc", "f1")
+    pair = load_task("mine", d, text_column="text", pair_column="other", label_column="y")
+    assert pair.train.text_b == ["x", "x", "x"]
+    (d / "dev.jsonl").write_text(json.dumps({"text": "t", "other": "x", "y": "meh"}) + "\n")
+    with pytest.raises(UserError, match="'meh' never occur"):
+        load_task("mine", d, text_column="text", label_column="y")
+    with pytest.raises(UserError, match="no column 'sentence'"):
+        load_task("mine", d, text_column="sentence", label_column="y")
+    with pytest.raises(UserError, match="not numeric"):
+        load_task("mine", d, text_column="text", label_column="y", task_type="regression")
+    (d / "dev.jsonl").unlink()
+    with pytest.raises(UserError, match="missing split"):
+        load_task("mine", d, text_column="text", label_column="y")
+    (d / "dev.csv").write_text("")
+    with pytest.raises(UserError, match="is empty"):
+        load_task("mine", d, text_column="text", label_column="y")
+
+
+def test_task_errors_are_one_line(tmp_path):
+    root = make_glue(tmp_path / "glue")
+    with pytest.raises(UserError, match="unknown task 'colaa'"):
+        load_task("colaa", root)
+    (root / "RTE" / "dev.tsv").unlink()
+    with pytest.raises(UserError, match="missing split.*RTE/dev.tsv"):
+        load_task("rte", root)
+    (root / "SST-2" / "train.tsv").write_text("")
+    with pytest.raises(UserError, match="is empty"):
+        load_task("sst-2", root)
+    (root / "QNLI" / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n")
+    with pytest.raises(UserError, match="no column 'question'"):
+        load_task("qnli", root)
+    with pytest.raises(UserError, match="needs --data"):
+        load_task("cola")
+
+
+def test_embedded_task_is_shipped_and_rebuilds_byte_identically():
+    from nni_lvbert.finetune.embedded.build_sotu_era import OUT, build
+
+    task = load_task("sotu-era")
+    assert len(task.train) == 2000 and len(task.dev["dev"]) == 500 and len(task.label_names) == 4
+    assert hashlib.sha256(build()).hexdigest() == hashlib.sha256(OUT.read_bytes()).hexdigest()
+
+
+# --- metrics ------------------------------------------------------------------------------------------------------
+
+def test_metrics_against_hand_computed_values():
+    y, p = [1, 1, 0, 0, 1], [1, 0, 0, 1, 1]  # TP 2, FN 1, FP 1, TN 1
+    m = M.compute(("acc", "f1", "mcc"), p, y)
+    assert m["acc"] == pytest.approx(60.0) and m["f1"] == pytest.approx(100 * 2 * 2 / (2 * 2 + 1 + 1))
+    assert m["mcc"] == pytest.approx(100 * (2 * 1 - 1 * 1) / math.sqrt(3 * 3 * 2 * 2))
+    r = M.compute(("spearman", "pearson"), [1.0, 2.0, 3.0, 5.0], [1.0, 3.0, 2.0, 4.0])
+    assert r["spearman"] == pytest.approx(80.0)  # ranks 1234 vs 1324: 1 - 6*2/(4*15)
+    assert r["pearson"] == pytest.approx(100 * 0.8315218, abs=1e-4)
+    assert M.task_score({"dev_matched": {"acc": 80.0}, "dev_mismatched": {"acc": 70.0}}) == 75.0
+    s = M.summarize({0: {"score": 50.0, "dev": {"dev": {"acc": 50.0}}}, 1: {"score": 70.0, "dev": {"dev": {"acc": 70.0}}},
+                     2: {"score": 60.0, "dev": {"dev": {"acc": 60.0}}}})
+    assert s["score_median"] == 60.0 and s["per_seed"]["dev/acc"] == {"0": 50.0, "1": 70.0, "2": 60.0}
+    scores = {t: float(i) for i, t in enumerate(["cola", "sst-2", "mrpc", "sts-b", "qqp", "mnli", "qnli", "rte"])}
+    assert M.glue_score({**scores, "wnli": 100.0}) == 3.5 and M.glue_score({"cola": 1.0}) is None
+
+
+# --- layer-wise learning-rate decay ------------------------------------------------------------------------------
+
+def test_llrd_groups_follow_the_official_depths():
+    from nni_lvbert.hf import LVBertConfig, LVBertForSequenceClassification
+
+    config = LVBertConfig(layer_types=["dc", "sa", "ff", "glu"] * 6, vocab_size=50, hidden_size=16, embedding_size=8,
+                          ff_size=32, num_heads=2, conv_head_size=8, max_position=32, num_labels=3)
+    model = LVBertForSequenceClassification(config)
+    groups = param_groups(model, lr=1.0, weight_decay=0.01, decay=0.8)
+    depth_of = {n: g["depth"] for g in groups for n in g["names"]}
+    lr_of = {g["depth"]: g["lr"] for g in groups}
+    assert {depth_of[n] for n in depth_of if ".embeddings." in n} == {0}
+    for slot in range(24):  # block i = slots (2i, 2i+1) at depth i + 1
+        assert {depth_of[n] for n in depth_of if f".layers.{slot}." in n} == {slot // 2 + 1}
+    assert depth_of["classifier.weight"] == 14 and 13 not in lr_of  # the official gap: no depth 13
+    assert lr_of[14] == 1.0 and lr_of[12] == pytest.approx(0.8 ** 2) and lr_of[0] == pytest.approx(0.8 ** 14)
+    assert sorted(lr_of) == list(range(13)) + [14]
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+    no_wd = {n for g in groups if g["weight_decay"] == 0.0 for n in g["names"]}
+    assert "classifier.bias" in no_wd and "classifier.weight" not in no_wd
+    opt, sched = optimizer_and_schedule(model, 1e-3, total_steps=100)
+    assert opt.defaults["eps"] == 1e-6
+    lrs = []
+    for _ in range(100):
+        lrs.append(opt.param_groups[-1]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[9] == pytest.approx(1e-3) and lrs[0] == pytest.approx(1e-4) and lrs[-1] == pytest.approx(1e-3 / 90)
+
+
+def test_llrd_groups_for_bert():
+    from transformers import BertConfig, BertForSequenceClassification
+
+    model = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=3,
+                                                     num_attention_heads=2, intermediate_size=32))
+    depth_of = {n: g["depth"] for g in param_groups(model, 1.0) for n in g["names"]}
+    assert depth_of["bert.encoder.layer.2.output.dense.weight"] == 3 and depth_of["classifier.weight"] == 5
+    assert depth_of["bert.embeddings.word_embeddings.weight"] == 0
+
+
+def test_training_sets_of_mrpc_and_stsb_are_doubled_swapped(tmp_path):
+    from transformers import PreTrainedTokenizerFast
+
+    from nni_lvbert.finetune.module import collate, encode
+
+    tok = PreTrainedTokenizerFast.from_pretrained(str(tiny_model_dir(tmp_path)))
+    task = load_task("sts-b", make_glue(tmp_path / "glue"))
+    rows = encode(tok, task.train, task, 32, train=True)
+    assert len(rows) == 12 and rows[5]["labels"] == pytest.approx(0.8) and rows[11]["labels"] == rows[5]["labels"]
+    assert rows[6]["input_ids"] == tok("A cat was sitting.", "The cat sat.")["input_ids"]
+    assert len(encode(tok, task.dev["dev"], task, 32, train=False)) == 4
+    batch = collate(rows[:3], tok.pad_token_id, True)
+    assert batch["input_ids"].shape[1] == max(len(r["input_ids"]) for r in rows[:3])  # dynamic padding
+    assert batch["labels"].dtype == torch.float
+
+
+# --- end to end ---------------------------------------------------------------------------------------------------
+
+def tiny_model_dir(root: Path, vocab_from: Path | None = None) -> Path:
+    """A tiny LV-BERT model directory (4 slots, hidden 32) with the tokenizer of the tiny prepared data."""
+    from nni_lvbert.hf.convert import hf_config
+    from nni_lvbert.hf import LVBertForMaskedLM
+    from nni_lvbert.hf.save import save_hf_model
+    from tests.conftest import tiny_config
+    from tests.search_fixtures import prepare_tiny_data
+
+    out = root / "model"
+    if not out.exists():
+        data = prepare_tiny_data(root)
+        torch.manual_seed(0)
+        cfg = tiny_config(vocab_size=data.vocab_size)
+        save_hf_model(LVBertForMaskedLM(hf_config(cfg, ["dc", "sa", "ff", "glu"])), tokenizer_dir=data.tokenizer_dir,
+                      out_dir=out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory.mktemp("ft"))
+
+
+QUICK = ["--max-length", "32", "--batch-size", "8", "--no-progress", "--accelerator", "cpu"]
+
+
+def test_finetune_embedded_task_end_to_end_and_resume(model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["finetune", "--model", str(model_dir), "--task", "sotu-era", "--out", str(out), *QUICK,
+            "--max-train-examples", "32", "--epochs", "2", "--seeds", "0", "1"]
+    code, stdout, err = run_cli(args, capsys)
+    assert code == 0, err
+    res = json.loads((out / "results.json").read_text())
+    r = res["tasks"]["sotu-era"]
+    assert r["seeds"] == [0, 1] and set(r["score_per_seed"]) == {"0", "1"} and len(r["curves"]["0"]) == 2
+    assert 0 <= r["score_median"] <= 100 and (out / "dev_curve.png").stat().st_size > 1000
+    assert "| sotu-era | acc" in (out / "results.md").read_text()
+    meta = json.loads((out / "sotu-era" / "seed0" / "meta.json").read_text())
+    assert meta["steps"] == 8 and meta["steps_per_epoch"] == 4 and not (out / "sotu-era/seed0/checkpoints/last.ckpt").exists()
+    code, _, err = run_cli(["finetune", "--out", str(out), "--resume", "--no-progress"], capsys)
+    assert code == 0 and err.count("finished earlier: skipped") == 2
+    assert json.loads((out / "results.json").read_text())["tasks"]["sotu-era"]["score_per_seed"] == r["score_per_seed"]
+    code, _, err = run_cli(["finetune", "--out", str(out), "--resume", "--seeds", "3"], capsys)
+    assert code == 2 and "contradicts" in one_error_line(err)
+    code, _, err = run_cli(args, capsys)
+    assert code == 2 and "not empty" in one_error_line(err)
+
+
+@pytest.mark.slow
+def test_kill9_then_resume_finishes_the_run(model_dir, tmp_path, capsys):
+    from tests.conftest import kill9_mid_training
+
+    out = tmp_path / "run"
+    args = ["finetune", "--model", str(model_dir), "--task", "sotu-era", "--out", str(out), *QUICK,
+            "--max-train-examples", "32", "--epochs", "3", "--ckpt-every", "1"]
+    killed = kill9_mid_training(args, out / "sotu-era/seed0/checkpoints/last.ckpt", 3, 9)
+    assert killed is not None and not (out / "results.json").exists()
+    code, _, err = run_cli(["finetune", "--out", str(out), "--resume", "--no-progress"], capsys)
+    assert code == 0 and "(resumed)" in err, err
+    meta = json.loads((out / "sotu-era/seed0/meta.json").read_text())
+    assert meta["steps"] == 12 and [h["epoch"] for h in meta["history"]] == [1.0, 2.0, 3.0]
+    assert (out / "results.json").exists()
+
+
+def test_bad_inputs_are_one_line_and_write_nothing(model_dir, tmp_path, capsys):
+    glue = make_glue(tmp_path / "glue")
+    out = tmp_path / "out"
+    base = ["--model", str(model_dir), "--out", str(out), *QUICK]
+    for argv, msg in (
+        (["finetune", "--task", "colaa", *base], "unknown task"),
+        (["finetune", "--task", "rte", "--data", str(tmp_path / "nope"), *base], "not a directory"),
+        (["finetune", "--task", "sotu-era", *base, "--max-length", "999"], "position table"),
+        (["finetune", "--task", "sotu-era", "--model", str(tmp_path)], "not a model directory"),
+        (["glue", "--data", str(tmp_path / "nope"), *base], "GLUE directory not found"),
+        (["glue", "--data", str(glue), "--tasks", "cola", "xx", *base], "not found in"),
+    ):
+        code, _, err = run_cli(argv, capsys)
+        assert code == 2 and msg in one_error_line(err), (argv, err)
+        assert not out.exists()
+    other = tmp_path / "other"  # a model directory whose tokenizer is another one's
+    import shutil
+
+    shutil.copytree(model_dir, other)
+    tok = json.loads((other / "tokenizer.json").read_text())
+    tok["model"]["vocab"] = {**tok["model"]["vocab"], "[EXTRA1]": 10**6, "[EXTRA2]": 10**6 + 1}
+    (other / "tokenizer.json").write_text(json.dumps(tok))
+    code, _, err = run_cli(["finetune", "--task", "sotu-era", "--model", str(other), "--out", str(out)], capsys)
+    assert code == 2 and not out.exists(), err
+    one_error_line(err)
+
+
+@pytest.mark.slow
+def test_glue_command_runs_every_task_found(model_dir, tmp_path, capsys):
+    glue = make_glue(tmp_path / "glue")
+    out = tmp_path / "glue-run"
+    code, stdout, err = run_cli(["glue", "--model", str(model_dir), "--data", str(glue), "--out", str(out), *QUICK,
+                                 "--batch-size", "4", "--epochs", "1"], capsys)
+    assert code == 0, err
+    res = json.loads((out / "results.json").read_text())
+    assert list(res["tasks"]) == ["cola", "sst-2", "mrpc", "sts-b", "qqp", "mnli", "qnli", "rte", "wnli"]
+    assert res["glue_score"] is not None and "GLUE score" in (out / "results.md").read_text()
+    assert set(res["tasks"]["mnli"]["median"]) == {"dev_matched/acc", "dev_mismatched/acc"}
+    assert set(res["tasks"]["sts-b"]["median"]) == {"dev/spearman", "dev/pearson"}
