@@ -23,6 +23,7 @@ COMMANDS = [
     ("search", "nni_lvbert.search.cli"),
     ("iot", "nni_lvbert.iot.cli"),
     ("export", "nni_lvbert.export"),
+    ("pretrain", "nni_lvbert.pretrain.cli"),
     ("finetune", "nni_lvbert.finetune.cli"),  # registers finetune and glue
     ("run", "nni_lvbert.pipeline"),
     ("init-experiment", "nni_lvbert.init_experiment"),

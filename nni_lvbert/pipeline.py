@@ -3,6 +3,8 @@
     OUT/options.json  the options of the run (`--resume` continues with them)
     OUT/supernet/     supernet run directory (lvbert supernet train)
     OUT/search/       best_arch.json, history.jsonl, search_curve.png (lvbert search run)
+    OUT/pretrain/     with --pretrain mlm|electra: the searched architecture pre-trained (lvbert pretrain), its
+                      Hugging Face model in OUT/pretrain/hf (ELECTRA: + the generator in OUT/pretrain/hf-generator)
 
 `--resume` continues whichever stage was interrupted; finished stages are kept. With `--devices N > 1`
 Lightning's DDP launcher re-runs this command for ranks 1..N-1: they only join the supernet training (with rank
@@ -33,6 +35,8 @@ class PipelineOptions(DataOptions):
     size: str = "tiny"
     seed: int = 0
     supernet_steps: int | None = None
+    pretrain: str | None = None  # None: no pre-training stage; mlm | electra: pre-train the searched architecture
+    pretrain_steps: int | None = None
     strategies: list[str] = field(default_factory=lambda: ["evolution"])
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
     devices: str = "1"
@@ -55,6 +59,9 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--supernet-steps", type=int, default=None, help="supernet training steps (default: size preset)")
     add_search_strategy_arg(p)
+    p.add_argument("--pretrain", default=None, metavar="OBJECTIVE",
+                   help="then pre-train the searched architecture at --size: mlm | electra (default: no pre-training)")
+    p.add_argument("--pretrain-steps", type=int, default=None, help="pre-training steps (default: size preset)")
     add_evolution_args(p)
     p.add_argument("--devices", default=d.devices, help="devices for supernet training (DDP when > 1)")
     p.add_argument("--accelerator", default=d.accelerator)
@@ -100,35 +107,74 @@ def run(opts: PipelineOptions) -> int:
         opts = resume_from(opts, out.stored_options(), out.path, may_change=PipelineOptions.MAY_CHANGE,
                            flags={"strategies": "--search", "progress": "--no-progress"})
     opts.evolution.validate()
+    _check_pretrain(opts)
     out.prepare(resume=opts.resume, overwrite=opts.overwrite, resume_marker="options.json",
                 what="output directory")
     out.save_options(to_dict(opts))
     start = time.time()
+    stages = 3 if opts.pretrain else 2
 
     if (supernet_dir / "meta.json").is_file():
-        print(f"[1/2] supernet: done already in {supernet_dir}", file=sys.stderr, flush=True)
+        print(f"[1/{stages}] supernet: done already in {supernet_dir}", file=sys.stderr, flush=True)
     else:
         resume = opts.resume and (supernet_dir / "checkpoints" / "last.ckpt").is_file()
-        print(f"[1/2] supernet: {'resuming' if resume else 'training'} ({opts.space}, size {opts.size}) -> "
+        print(f"[1/{stages}] supernet: {'resuming' if resume else 'training'} ({opts.space}, size {opts.size}) -> "
               f"{supernet_dir}", file=sys.stderr, flush=True)
         train_supernet(supernet_options(resume))
     supernet_meta = RunDir(supernet_dir, "supernet").meta
 
     if (search_dir / "best_arch.json").is_file():
-        print(f"[2/2] search: done already in {search_dir}", file=sys.stderr, flush=True)
+        print(f"[2/{stages}] search: done already in {search_dir}", file=sys.stderr, flush=True)
     else:
         resume = opts.resume and (search_dir / "search.json").is_file()
-        print(f"[2/2] search: {', '.join(opts.strategies)} over the supernet -> {search_dir}", file=sys.stderr, flush=True)
+        print(f"[2/{stages}] search: {', '.join(opts.strategies)} over the supernet -> {search_dir}", file=sys.stderr, flush=True)
         run_search(SearchOptions(supernet=str(supernet_dir), strategies=list(opts.strategies), seed=opts.seed,
                                  evolution=opts.evolution, out=str(search_dir), resume=resume, overwrite=not resume,
                                  progress=opts.progress))
     best = RunDir(search_dir, "search").read_json("best_arch.json")
-    print(json.dumps({
+    summary = {
         "best_arch": str(search_dir / "best_arch.json"),
         "arch": best["compact"],
         "score": best.get("score"),
         "supernet_val_mlm_acc": supernet_meta.get("final_val_mlm_acc"),
         "plot": str(search_dir / "search_curve.png"),
-        "minutes": round((time.time() - start) / 60, 1),
-    }, indent=2))
+    }
+    if opts.pretrain:
+        summary.update(pretrain_stage(opts, out, best["compact"]))
+    summary["minutes"] = round((time.time() - start) / 60, 1)
+    print(json.dumps(summary, indent=2))
     return 0
+
+
+def _check_pretrain(opts: PipelineOptions) -> None:
+    from .pretrain.objectives import OBJECTIVES
+
+    if opts.pretrain is None:
+        return
+    if opts.pretrain not in OBJECTIVES:
+        raise UserError(f"--pretrain must be one of {', '.join(OBJECTIVES)}, got {opts.pretrain!r}")
+    if str(opts.devices) != "1":
+        raise UserError("--pretrain runs on one device in `lvbert run`; for DDP pre-train afterwards with "
+                        "`lvbert pretrain --arch OUT/search/best_arch.json --devices N`")
+
+
+def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:
+    """Stage 3 (--pretrain): `lvbert pretrain` of the searched architecture at the pipeline's size, into
+    OUT/pretrain (resumed when interrupted, kept when finished)."""
+    from .pretrain.train import PretrainOptions, train_pretrain
+    from .rundir import RunDir
+
+    pretrain_dir = out / "pretrain"
+    if (pretrain_dir / "meta.json").is_file():
+        print(f"[3/3] pretrain: done already in {pretrain_dir}", file=sys.stderr, flush=True)
+    else:
+        resume = opts.resume and (pretrain_dir / "checkpoints" / "last.ckpt").is_file()
+        print(f"[3/3] pretrain: {'resuming' if resume else 'training'} {arch} ({opts.pretrain}, size {opts.size}) "
+              f"-> {pretrain_dir}", file=sys.stderr, flush=True)
+        train_pretrain(PretrainOptions(
+            run_dir=str(pretrain_dir), arch=None if resume else arch, size=opts.size, objective=opts.pretrain,
+            **opts.data_options(), seed=opts.seed, max_steps=opts.pretrain_steps, devices=opts.devices,
+            accelerator=opts.accelerator, resume=resume, overwrite=not resume, progress=opts.progress))
+    meta = RunDir(pretrain_dir, "pretrain").meta
+    return {"pretrain": str(pretrain_dir), "pretrain_final": meta.get("final"), "hf": meta["hf"]["hf"],
+            "hf_generator": meta["hf"].get("hf_generator")}

@@ -74,3 +74,9 @@ class StepDataLoader(DataLoader):
 
     def load_state_dict(self, state: dict) -> None:
         pass
+
+
+def batch_seed(seed: int, *key: int) -> int:
+    """A 32-bit seed drawn from (seed, *key): e.g. (seed, global batch) for a batch's masking (as SeededMasking),
+    (seed, global batch, stream) for another random choice of the same batch. Independent streams, no state."""
+    return int(np.random.SeedSequence([int(seed), *map(int, key)]).generate_state(1)[0])

@@ -1,0 +1,209 @@
+"""Pre-train one fixed architecture (MLM or ELECTRA, optional SOP): plain Lightning through `training.fit`.
+
+    opts = begin(opts, "pretrain") -> prepared data -> open_run -> fit(PretrainModule) -> weights, HF dirs, meta.json
+
+Run directory (besides options.json, model_config.json, space.yaml, tokenizer/, checkpoints/, logs/):
+
+    arch.json                 the architecture (NNI dict + compact letters)
+    generator_config.json     ELECTRA: the generator's ModelConfig
+    pretrain.safetensors      every trained weight (objective module: MLM model or generator + discriminator, SOP head)
+    hf/                       Hugging Face model directory: the MLM model (LVBertForMaskedLM) or, for ELECTRA, the
+                              discriminator (LVBertForPreTraining) -- the encoder to fine-tune
+    hf-generator/             ELECTRA only: the generator as LVBertForMaskedLM (fill-mask)
+    pretrain_curve.png        validation curves
+    meta.json                 written last: the run is finished
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..errors import UserError
+from ..rundir import CHECKPOINT, check_output_dir
+from ..training import (TrainOptions, begin, check_positive, common_meta, fit, launcher_is_rank_zero, open_run,
+                        parse_devices, prepare_data)
+
+KIND = "pretrain"
+WEIGHTS = "pretrain.safetensors"
+CURVE = "pretrain_curve.png"
+DEFAULT_SIZE = "small"
+
+# LV-BERT Table 5 / ELECTRA configure_pretraining.py (small/medium lr 5e-4, base 2e-4 and batch 256; 1M steps,
+# 10k warm-up, dropout 0.1); generator hidden = 1/4 of the discriminator's for small, 1/3 for medium and base.
+_PAPER = dict(lr=5e-4, warmup_steps=10_000, max_steps=1_000_000, batch_size=128, dropout=0.1, val_every=10_000,
+              val_batches=100, ckpt_every=5_000, generator_fraction=0.25)
+
+
+@dataclass
+class PretrainOptions(TrainOptions):
+    PRESETS: ClassVar[dict[str, dict]] = {
+        "paper": _PAPER,  # any size without its own entry (options.resume_from reads this key)
+        "small": _PAPER,
+        "medium": {**_PAPER, "generator_fraction": 1 / 3},
+        "base": {**_PAPER, "lr": 2e-4, "batch_size": 256, "generator_fraction": 1 / 3},
+        # CPU preset: minutes on 2 cores on the embedded corpus
+        "tiny": dict(lr=2e-3, warmup_steps=100, max_steps=1_000, batch_size=32, dropout=0.0, val_every=100,
+                     val_batches=20, ckpt_every=100, generator_fraction=0.25),
+    }
+
+    run_dir: str = "runs/pretrain"
+    arch: str | None = None  # any Arch spelling; stored as compact letters
+    objective: str = "electra"
+    sop: bool = False
+    sharing: str | None = None
+    weight_decay: float = 0.01  # not on LayerNorm weights and biases
+    clip_grad: float = 1.0  # global gradient norm; 0 = off
+    generator_fraction: float | None = None  # ELECTRA generator hidden / discriminator hidden (size preset)
+    disc_weight: float = 50.0  # ELECTRA discriminator loss weight
+
+    def preset(self) -> dict:
+        return self.PRESETS.get(self.size or DEFAULT_SIZE, self.PRESETS["paper"])
+
+
+def check_options(opts: PretrainOptions) -> None:
+    """One clear line for a bad size / objective / combination, before anything is written."""
+    from ..config import size_names
+    from ..options import given_fields
+    from .objectives import OBJECTIVES
+
+    if opts.arch is None:
+        raise UserError("give the architecture to pre-train with --arch (best_arch.json, a name such as bert or "
+                        "lvbert-small, or letters such as ccsf...)")
+    if opts.objective not in OBJECTIVES:
+        raise UserError(f"unknown objective {opts.objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    if opts.size not in size_names():
+        raise UserError(f"unknown size {opts.size!r}; choose one of: {', '.join(size_names())}")
+    electra_only = sorted({"generator_fraction", "disc_weight"} & given_fields(opts))
+    if opts.objective != "electra" and electra_only:
+        flags = ", ".join("--" + f.replace("_", "-") for f in electra_only)
+        raise UserError(f"{flags} apply(ies) to --objective electra only, not {opts.objective}")
+    if opts.sharing not in (None, "none", "type"):
+        raise UserError(f"--sharing must be none or type, got {opts.sharing!r}")
+    if opts.clip_grad < 0 or opts.disc_weight < 0:
+        raise UserError("--clip-grad and --disc-weight must not be negative")
+
+
+def validation_callback(history: list):
+    import pytorch_lightning as pl
+
+    class ValidationRecord(pl.Callback):
+        """Keeps every validation's val_* metrics for meta.json and the curve."""
+
+        def on_validation_end(self, trainer, pl_module):
+            if trainer.sanity_checking:
+                return
+            rec = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
+            if rec:
+                history.append({"step": trainer.global_step, **rec})
+
+    return ValidationRecord()
+
+
+def train_pretrain(opts: PretrainOptions) -> dict:
+    import pytorch_lightning as pl
+
+    from ..config import SpaceSpec, load_size
+    from .data import PretrainDataModule
+    from .module import PretrainModule
+    from .objectives import build_objective, generator_config, parse_arch
+
+    if opts.arch is not None:
+        opts.arch = parse_arch(opts.arch).compact  # one spelling on disk: --resume compares like with like
+    opts = begin(opts, KIND)
+    opts.size = opts.size or DEFAULT_SIZE
+    check_options(opts)
+    arch = parse_arch(opts.arch)
+    cfg = load_size(opts.size, dropout=opts.resolved("dropout"), attention_dropout=opts.resolved("dropout"),
+                    sharing=opts.sharing)
+    gen_cfg = generator_config(cfg, opts.resolved("generator_fraction")) if opts.objective == "electra" else None
+    max_steps, batch_size = opts.resolved("max_steps"), opts.resolved("batch_size")
+    check_positive(max_steps=max_steps, batch_size=batch_size, val_every=opts.resolved("val_every"),
+                   val_batches=opts.resolved("val_batches"), ckpt_every=opts.resolved("ckpt_every"))
+    _, n_dev = parse_devices(opts.devices, batch_size)
+    if launcher_is_rank_zero():  # refuse a non-empty --out before preparing data (nothing half-written)
+        check_output_dir(opts.run_dir, opts.resume, opts.overwrite, CHECKPOINT, f"{KIND} directory")
+
+    data = prepare_data(opts, cfg)
+    run = open_run(opts, KIND)
+    if opts.resume:
+        _check_resumed_data(run, data)
+    cfg.vocab_size = data.vocab_size  # a given tokenizer decides the vocabulary
+    if gen_cfg is not None:
+        gen_cfg.vocab_size = data.vocab_size
+    if run.is_rank_zero:
+        run.save_static(SpaceSpec(name="pretrain", slots=len(arch), candidates=sorted(set(arch))), cfg,
+                        data.tokenizer_dir)
+        run.write_json("arch.json", {"arch": arch.dict, "compact": arch.compact})
+        if gen_cfg is not None:
+            run.write_json("generator_config.json", gen_cfg.to_dict())
+
+    pl.seed_everything(opts.seed, workers=True, verbose=False)
+    model = build_objective(opts.objective, cfg, arch, sop=opts.sop,
+                            generator_fraction=opts.resolved("generator_fraction"), disc_weight=opts.disc_weight)
+    dm = PretrainDataModule(data, objective=opts.objective, sop=opts.sop, data_seed=opts.data_seed,
+                            batch_size=batch_size // n_dev, seed=opts.seed, num_workers=opts.num_workers)
+    module = PretrainModule(model, opts.objective, lr=opts.resolved("lr"), warmup_steps=opts.resolved("warmup_steps"),
+                            max_steps=max_steps, weight_decay=opts.weight_decay, clip_grad=opts.clip_grad,
+                            seed=opts.seed, data_seed=opts.data_seed, disc_weight=opts.disc_weight)
+    history: list[dict] = []
+    result = fit(run, opts, module, dm, callbacks=[validation_callback(history)], history=history)
+    if not result.trainer.is_global_zero:
+        return {}
+
+    from .hf_output import write_hf_dirs
+
+    model.eval()
+    run.save_weights(model, WEIGHTS)
+    hf = write_hf_dirs(run, model, opts.objective, cfg, gen_cfg, arch,
+                       provenance={"source": "pretrain", "run": str(run.path.resolve()), "objective": opts.objective,
+                                   "sop": opts.sop, "run_steps": result.trainer.global_step})
+    plot_curves(result.validation, opts.objective, run / CURVE)
+    final = result.validation[-1] if result.validation else {}
+    meta = {**common_meta(run, opts, result, data), "arch": arch.compact, "objective": opts.objective,
+            "sop": opts.sop, "generator_config": gen_cfg.to_dict() if gen_cfg else None,
+            "final": final, "hf": hf, "curve": CURVE}
+    run.write_json("meta.json", meta)
+    return meta
+
+
+def _check_resumed_data(run, data) -> None:
+    """The data of a resumed run must be tokenized as the run was (same tokens and ids, same vocabulary)."""
+    run.check_data_tokenizer(data.path)
+    if run.has("model_config.json"):
+        stored = run.read_json("model_config.json").get("vocab_size")
+        if stored is not None and stored != data.vocab_size:
+            raise UserError(f"the data has a vocabulary of {data.vocab_size} but {run.path} was trained with "
+                            f"{stored}; resume with the data it was started with")
+
+
+def plot_curves(history: list[dict], objective: str, path) -> None:
+    """Validation curves (accuracy-like metrics, 0..1) against steps, written through a temp file."""
+    import os
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [("val_gen_mlm_acc", "generator MLM accuracy"), ("val_mlm_acc", "MLM accuracy"),
+             ("val_disc_acc", "discriminator accuracy"), ("val_disc_auc", "discriminator AUC"),
+             ("val_disc_precision", "discriminator precision"), ("val_disc_recall", "discriminator recall"),
+             ("val_sop_acc", "SOP accuracy")]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for key, label in names:
+        points = [(h["step"], h[key]) for h in history if key in h]
+        if points:
+            ax.plot(*zip(*points), marker="o", ms=3, label=label)
+    base = [(h["step"], 1 - h["val_disc_replaced"]) for h in history if "val_disc_replaced" in h]
+    if base:  # what always answering "original" scores
+        ax.plot(*zip(*base), ls="--", color="gray", lw=1, label="discriminator base rate (all original)")
+    ax.set_xlabel("training step")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{objective.upper()} pre-training: validation")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    os.replace(tmp, path)

@@ -1,0 +1,215 @@
+"""`lvbert pretrain` end to end (tiny): outputs, Hugging Face directories, exact resume after kill -9, refusals,
+the `lvbert run --pretrain` stage. The objective's pieces: test_pretrain_objectives.py."""
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from nni_lvbert.cli import main
+from tests.conftest import kill9_mid_training
+from tests.test_pretrain_objectives import batch_for
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+def pretrain_args(out, cache_dir, *extra, steps=6, arch="csfgsf", objective="electra"):
+    return ["pretrain", "--out", str(out), "--arch", arch, "--size", "tiny", "--objective", objective,
+            "--max-docs", "120", "--cache-dir", str(cache_dir), "--max-steps", str(steps), "--batch-size", "8",
+            "--val-every", "3", "--val-batches", "2", "--ckpt-every", "2", "--warmup-steps", "2", "--no-progress",
+            *extra]
+
+
+@pytest.fixture(scope="module")
+def electra_run(tmp_path_factory, cache_dir):
+    out = tmp_path_factory.mktemp("pretrain") / "electra"
+    assert main(pretrain_args(out, cache_dir, "--sop", "--dropout", "0.1")) == 0
+    return out
+
+
+def test_mlm_batches_without_sop_are_the_supernets(electra_run):
+    from nni_lvbert.data import MLMDataModule
+    from nni_lvbert.pretrain.data import PretrainDataModule
+
+    data = json.loads((electra_run / "meta.json").read_text())["data"]["path"]
+    a = next(iter(MLMDataModule(data, batch_size=4, seed=2).train_dataloader()))
+    b = next(iter(PretrainDataModule(data, objective="mlm", sop=False, data_seed=0, batch_size=4,
+                                     seed=2).train_dataloader()))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def load_objective(run):
+    from safetensors.torch import load_model
+
+    from nni_lvbert.config import ModelConfig
+    from nni_lvbert.pretrain.objectives import build_objective
+
+    meta = json.loads((run / "meta.json").read_text())
+    cfg = ModelConfig.from_dict(json.loads((run / "model_config.json").read_text()))
+    model = build_objective(meta["objective"], cfg, meta["arch"], sop=meta["sop"],
+                            generator_fraction=meta["options"]["generator_fraction"] or 0.25)
+    load_model(model, str(run / "pretrain.safetensors"))
+    return model.eval(), cfg
+
+
+def test_electra_run_outputs_and_hf_directories(electra_run):
+    import nni_lvbert  # noqa: F401  (registers the Auto classes)
+    from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
+
+    meta = json.loads((electra_run / "meta.json").read_text())
+    assert meta["steps"] == 6 and meta["objective"] == "electra" and meta["sop"] and meta["arch"] == "csfgsf"
+    assert [v["step"] for v in meta["validation"]] == [3, 6]
+    for key in ("val_gen_mlm_acc", "val_disc_loss", "val_disc_acc", "val_disc_auc", "val_sop_acc", "val_loss"):
+        assert key in meta["final"], key
+    assert meta["generator_config"]["hidden_size"] == 16
+    for f in ("options.json", "arch.json", "generator_config.json", "pretrain.safetensors", "pretrain_curve.png",
+              "checkpoints/last.ckpt", "logs/csv/metrics.csv", "hf/config.json", "hf-generator/model.safetensors"):
+        assert (electra_run / f).is_file(), f
+    model, cfg = load_objective(electra_run)
+    disc = AutoModelForPreTraining.from_pretrained(electra_run / "hf").eval()
+    gen = AutoModelForMaskedLM.from_pretrained(electra_run / "hf-generator").eval()
+    assert type(disc).__name__ == "LVBertForPreTraining" and type(gen).__name__ == "LVBertForMaskedLM"
+    assert disc.config.layer_types == ["dc", "sa", "ff", "glu", "sa", "ff"] and gen.config.hidden_size == 16
+    batch = batch_for(cfg)
+    args = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    with torch.no_grad():
+        assert torch.equal(disc(*args).logits, model.disc_head(model.discriminator.encode(*args)))
+        assert torch.equal(gen(*args).logits, model.generator.head(model.generator.encode(*args)))
+    roles = [json.loads((electra_run / d / "lvbert.json").read_text())["role"] for d in ("hf", "hf-generator")]
+    assert "discriminator" in roles[0] and "generator" in roles[1]
+
+
+def test_mlm_run_with_type_sharing(tmp_path, cache_dir):
+    import nni_lvbert  # noqa: F401
+    from transformers import AutoModelForMaskedLM
+
+    out = tmp_path / "mlm"
+    assert main(pretrain_args(out, cache_dir, "--sharing", "type", steps=3, arch="sfsf", objective="mlm")) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert "val_mlm_acc" in meta["final"] and not (out / "hf-generator").exists()
+    model, cfg = load_objective(out)
+    assert model.mlm.layers[0] is model.mlm.layers[2]
+    hf = AutoModelForMaskedLM.from_pretrained(out / "hf").eval()
+    assert hf.config.sharing == "type"
+    batch = batch_for(cfg)
+    args = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    with torch.no_grad():
+        assert torch.equal(hf(*args).logits, model.mlm(*args).logits)
+
+
+def one_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"--arch": "xyzq"}, "unknown layer letter"),
+    ({"--size": "huge"}, "unknown size"),
+    ({"--objective": "bert"}, "unknown objective"),
+    ({"--arch": None}, "give the architecture"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, cache_dir, capsys, change, message):
+    args = pretrain_args(tmp_path / "out", cache_dir)
+    for flag, value in change.items():
+        i = args.index(flag)
+        args[i:i + 2] = [] if value is None else [flag, value]
+    assert main(args) == 2
+    assert message in one_error(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_combinations(tmp_path, cache_dir, capsys):
+    out = tmp_path / "out"
+    assert main(pretrain_args(out, cache_dir, "--generator-fraction", "0.5", objective="mlm")) == 2
+    assert "--generator-fraction apply(ies) to --objective electra only" in one_error(capsys)
+    assert main(pretrain_args(out, cache_dir, "--generator-fraction", "0")) == 2
+    assert "--generator-fraction must be in (0, 1]" in one_error(capsys)
+    assert main(pretrain_args(out, cache_dir, "--resume")) == 2
+    assert "nothing to resume" in one_error(capsys)
+    assert not out.exists()
+
+
+def test_refuses_non_empty_and_contradicting_resume(electra_run, cache_dir, capsys):
+    assert main(pretrain_args(electra_run, cache_dir)) == 2
+    assert "not empty" in one_error(capsys)
+    assert main(["pretrain", "--out", str(electra_run), "--resume", "--objective", "mlm"]) == 2
+    assert "--objective mlm contradicts" in one_error(capsys)
+    assert main(["pretrain", "--out", str(electra_run), "--resume", "--arch", "sfsfsf"]) == 2
+    assert "--arch sfsfsf contradicts" in one_error(capsys)
+
+
+def test_resume_refuses_data_tokenized_otherwise(electra_run, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "copy"
+    shutil.copytree(electra_run, run)
+    tok = json.loads((run / "tokenizer" / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    a, b = list(vocab)[100:102]
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # same tokens, other ids
+    (run / "tokenizer" / "tokenizer.json").write_text(json.dumps(tok))
+    before = (run / "checkpoints" / "last.ckpt").stat().st_mtime_ns
+    assert main(["pretrain", "--out", str(run), "--resume"]) == 2
+    assert "tokenized with another tokenizer" in one_error(capsys)
+    assert (run / "checkpoints" / "last.ckpt").stat().st_mtime_ns == before
+
+
+@pytest.mark.slow
+def test_resume_after_kill9_ends_with_the_uninterrupted_weights(tmp_path, electra_run, cache_dir):
+    """kill -9 mid-run (dropout on, SOP on), then exactly `lvbert pretrain --out D --resume`: the very weights."""
+    from safetensors.torch import load_file
+
+    run = tmp_path / "killed"
+    killed_at = kill9_mid_training(pretrain_args(run, cache_dir, "--sop", "--dropout", "0.1", "--ckpt-every", "1"),
+                                   run / "checkpoints" / "last.ckpt", 2, 6)
+    assert killed_at is not None, "training finished before it could be killed"
+    assert not (run / "meta.json").exists()
+    assert main(["pretrain", "--out", str(run), "--resume"]) == 0
+    a, b = load_file(electra_run / "pretrain.safetensors"), load_file(run / "pretrain.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
+    va = json.loads((electra_run / "meta.json").read_text())["final"]
+    vb = json.loads((run / "meta.json").read_text())["final"]
+    assert va.keys() == vb.keys() and all(math.isclose(va[k], vb[k], rel_tol=1e-4, abs_tol=1e-6) for k in va)
+
+
+@pytest.mark.slow
+def test_ddp_two_cpu_ranks(tmp_path, cache_dir):
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "ddp"
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    env.pop("PYTEST_CURRENT_TEST", None)
+    res = subprocess.run([sys.executable, "-m", "nni_lvbert.cli",
+                          *pretrain_args(out, cache_dir, "--sop", "--devices", "2", "--accelerator", "cpu", steps=4)],
+                         cwd=Path(__file__).resolve().parent.parent, env=env, capture_output=True, text=True,
+                         timeout=400)
+    assert res.returncode == 0, res.stderr[-3000:]
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["world_size"] == 2 and meta["steps"] == 4 and (out / "hf-generator" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_lvbert_run_pretrain_stage(tmp_path, cache_dir, capsys):
+    out = tmp_path / "run"
+    args = ["run", "--out", str(out), "--size", "tiny", "--max-docs", "120", "--cache-dir", str(cache_dir),
+            "--supernet-steps", "4", "--population", "4", "--iterations", "2", "--topk", "2", "--crossover", "2",
+            "--mutation", "2", "--no-progress", "--pretrain", "electra", "--pretrain-steps", "3"]
+    assert main([*args[:-4], "--pretrain", "gan"]) == 2
+    assert "--pretrain must be one of" in one_error(capsys)
+    assert not out.exists()
+    assert main(args) == 0
+    stdout = capsys.readouterr().out  # Lightning also prints there
+    summary = json.loads(stdout[stdout.rindex("\n{\n") + 1:] if not stdout.startswith("{") else stdout)
+    best = json.loads((out / "search" / "best_arch.json").read_text())
+    meta = json.loads((out / "pretrain" / "meta.json").read_text())
+    assert meta["arch"] == best["compact"] and meta["steps"] == 3 and meta["objective"] == "electra"
+    assert Path(summary["hf"]).joinpath("config.json").is_file() and summary["hf_generator"]
