@@ -294,6 +294,7 @@ def test_eval_cli_reports_usage_and_accuracies(trained, capsys):
     assert json.loads((trained / "eval.json").read_text())["routed"] == stats["routed"]
 
 
+@pytest.mark.slow
 def test_collapse_without_diversity_and_noise_but_not_with_defaults(tmp_path, supernet):
     common = ["--block", "sa,ff,dc", "--m", "3", "--val-every", "1000"]
     assert main(iot_args(tmp_path / "collapse", supernet, 60, *common, "--c1", "0", "--no-gumbel")) == 0

@@ -285,6 +285,7 @@ def test_search_run_outputs(tiny, tmp_path, capsys):
     assert code == 2 and "not empty" in err
 
 
+@pytest.mark.slow
 def test_same_seed_same_result_and_resume_does_not_rescore(tiny, tmp_path, capsys, monkeypatch):
     from nni_lvbert.search import scorer as scorer_mod
 
