@@ -42,10 +42,14 @@ class MLMDataModule(pl.LightningDataModule):
         sampler = StepBatchSampler(len(self.train), self.batch_size * world, self.seed, start_batch=done,
                                    rank=rank, world=world)
         return StepDataLoader(
-            KeyedRows(self.train), batch_sampler=sampler,
-            collate_fn=SeededMasking(mlm_collator(self.tokenizer, self.mlm_probability), self.seed),
+            KeyedRows(self.train), batch_sampler=sampler, collate_fn=self.train_collate(sampler),
             num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
         )
+
+    def train_collate(self, sampler: StepBatchSampler):
+        """Rows of one global batch -> a training batch (MLM masking keyed by the batch); subclasses change the
+        objective here (e.g. pre-training's ELECTRA masking and SOP swaps)."""
+        return SeededMasking(mlm_collator(self.tokenizer, self.mlm_probability), self.seed)
 
     def val_dataloader(self) -> DataLoader:
         self.setup()

@@ -172,12 +172,9 @@ class PretrainDataModule(MLMDataModule):
         self.objective, self.sop, self.data_seed = objective, sop, data_seed
         self.max_length = int(self.prepared.settings["max_length"])
 
-    def train_dataloader(self) -> DataLoader:
-        loader = super().train_dataloader()  # StepBatchSampler from the trainer's global step, KeyedRows
-        sampler = loader.batch_sampler
-        loader.collate_fn = TrainCollate(self.tokenizer, self.seed, self.objective, self.sop, self.max_length,
-                                         self.mlm_probability, sampler.global_batch, sampler.rank, sampler.world)
-        return loader
+    def train_collate(self, sampler) -> TrainCollate:
+        return TrainCollate(self.tokenizer, self.seed, self.objective, self.sop, self.max_length,
+                            self.mlm_probability, sampler.global_batch, sampler.rank, sampler.world)
 
     def val_dataloader(self) -> DataLoader:
         self.setup()
