@@ -16,8 +16,9 @@ def _common(p, default_out: str) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=d.seeds, help="one run per seed; median reported "
                                                                          "(default 0; the paper uses 10)")
     r = p.add_argument_group("recipe (LV-BERT Table 6 / ELECTRA defaults)")
-    r.add_argument("--lr", type=float, default=None, help="peak lr (default 3e-4, 1e-4 for hidden size >= 768)")
-    r.add_argument("--epochs", type=float, default=None, help="default: 10 for RTE and STS-B, 3 otherwise")
+    r.add_argument("--lr", type=float, default=None,
+                   help="peak lr (default 3e-4; hidden size >= 768: 1e-4, 2e-4 on SQuAD)")
+    r.add_argument("--epochs", type=float, default=None, help="default: 10 for RTE and STS-B, 2 for SQuAD, 3 otherwise")
     r.add_argument("--batch-size", type=int, default=d.batch_size)
     r.add_argument("--max-length", type=int, default=d.max_length, help="sequence length (pairs truncated)")
     r.add_argument("--warmup-fraction", type=float, default=d.warmup_fraction)
@@ -41,15 +42,24 @@ def register(sub) -> None:
     if "finetune" not in sub.choices:
         p = sub.add_parser("finetune", help="fine-tune a model directory on one task and evaluate it")
         p.add_argument("--task", default=None, help="cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli (GLUE "
-                                                     "files), glue:NAME (hub), sotu-era (embedded), or your name "
+                                                     "files), squad, squad_v2 (SQuAD JSON, or the hub without "
+                                                     "--data), glue:NAME (hub), sotu-era (embedded), or your name "
                                                      "with --text-column/--label-column")
         p.add_argument("--data", default=None, metavar="PATH",
-                       help="GLUE folder, or a folder with train.*/dev.* (csv, tsv, jsonl, parquet), or a train file")
+                       help="GLUE folder, or a folder with train.*/dev.* (csv, tsv, jsonl, parquet), or a train file; "
+                            "SQuAD: train-v1.1.json (dev-v1.1.json beside it) or their folder (v2.0 likewise)")
         p.add_argument("--dev-data", default=None, metavar="FILE", help="dev file when --data is a train file")
         p.add_argument("--text-column", default=None)
         p.add_argument("--text-pair-column", default=None)
         p.add_argument("--label-column", default=None)
         p.add_argument("--task-type", default="classification", choices=["classification", "regression"])
+        q = p.add_argument_group("extractive QA (squad, squad_v2)")
+        q.add_argument("--max-query-length", type=int, default=64, help="question tokens kept (default 64)")
+        q.add_argument("--doc-stride", type=int, default=128, help="tokens between window starts (default 128)")
+        q.add_argument("--n-best", type=int, default=20, help="start/end candidates per window (default 20)")
+        q.add_argument("--max-answer-length", type=int, default=30, help="tokens (default 30)")
+        q.add_argument("--null-threshold", type=float, default=0.0,
+                       help="v2.0: answer nothing when null score - best span score > this (default 0)")
         _common(p, "runs/finetune")
         p.set_defaults(func=run_finetune)
     if "glue" not in sub.choices:

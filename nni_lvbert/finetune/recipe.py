@@ -1,7 +1,8 @@
 """LV-BERT's fine-tuning recipe (Table 6; ELECTRA's configure_finetuning.py, which LV-BERT's code follows).
 
 AdamW (ε 1e-6, weight decay 0.01, none on biases and LayerNorm), 10 % linear warm-up then linear decay to 0,
-batch 32, sequence 128; lr 3e-4 for small/medium and 1e-4 for base; epochs 10 for RTE and STS-B, 3 otherwise.
+batch 32, sequence 128; lr 3e-4 for small/medium and 1e-4 for base (2e-4 on SQuAD); epochs 10 for RTE and STS-B,
+2 for SQuAD, 3 otherwise.
 
 **Layer-wise learning-rate decay** exactly as the official code (`_get_layer_lrs`): with n = number of blocks
 (the 24 slots of LV-BERT are 12 blocks of two slots: block i = slots 2i and 2i+1), a parameter at depth d gets
@@ -15,13 +16,16 @@ from __future__ import annotations
 
 import re
 
-LR_SMALL, LR_BASE = 3e-4, 1e-4
+LR_SMALL, LR_BASE, LR_BASE_QA = 3e-4, 1e-4, 2e-4
 DECAY = 0.8
 SLOTS_PER_BLOCK = 2
 
 
-def default_lr(config) -> float:
-    return LR_BASE if getattr(config, "hidden_size", 256) >= 768 else LR_SMALL
+def default_lr(config, qa: bool = False) -> float:
+    """3e-4 for small/medium; for base (hidden >= 768) 1e-4, or 2e-4 on SQuAD."""
+    if getattr(config, "hidden_size", 256) < 768:
+        return LR_SMALL
+    return LR_BASE_QA if qa else LR_BASE
 
 
 def depths(model) -> tuple[dict[str, int], int]:

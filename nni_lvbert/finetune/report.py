@@ -9,7 +9,8 @@ from ..options import to_dict
 from ..rundir import write_json_atomic, write_text_atomic
 from . import metrics as M
 
-NAMES = {"acc": "acc", "f1": "F1", "mcc": "MCC", "spearman": "Spearman", "pearson": "Pearson"}
+NAMES = {"acc": "acc", "f1": "F1", "mcc": "MCC", "spearman": "Spearman", "pearson": "Pearson", "em": "EM",
+         "HasAns_em": "HasAns EM", "HasAns_f1": "HasAns F1", "NoAns_em": "NoAns EM", "NoAns_f1": "NoAns F1"}
 
 
 def _label(key: str) -> str:

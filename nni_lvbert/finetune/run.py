@@ -4,6 +4,7 @@
     OUT/<task>/seed<k>/               a training run directory (nni_lvbert.training conventions):
         options.json, checkpoints/last.ckpt (while running), logs/, history.json, meta.json (when finished)
     OUT/results.json, results.md      median over seeds and every seed's value, per task (+ GLUE score)
+SQuAD (`--task squad|squad_v2`) runs through qa_module.run_qa with the same layout.
     OUT/dev_curve.png                 dev score per epoch, one line per seed, one panel per task
 
 Everything the input could get wrong (task, files, columns, labels, model, tokenizer, lengths) is checked before
@@ -62,6 +63,11 @@ class FinetuneOptions:
     progress: bool = True
     resume: bool = False
     overwrite: bool = False
+    max_query_length: int = 64  # SQuAD (extractive QA) only, from here on
+    doc_stride: int = 128
+    n_best: int = 20
+    max_answer_length: int = 30
+    null_threshold: float = 0.0  # v2.0: no answer when null score - best span score > this
     given: list[str] | None = field(default=None, compare=False)
 
 
@@ -103,7 +109,7 @@ def check(opts: FinetuneOptions):
         raise UserError("no task given (--task)")
     if len(set(opts.seeds)) != len(opts.seeds) or not opts.seeds:
         raise UserError(f"--seeds must be distinct, got {' '.join(map(str, opts.seeds))}")
-    for name in ("batch_size", "max_length"):
+    for name in ("batch_size", "max_length", "max_query_length", "doc_stride", "n_best", "max_answer_length"):
         if getattr(opts, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1")
     if opts.task_type not in ("classification", "regression"):
@@ -115,6 +121,12 @@ def check(opts: FinetuneOptions):
                         f"use --max-length {positions} or less")
     tasks = [load_task(t, opts.data, opts.dev_data, opts.text_column, opts.text_pair_column, opts.label_column,
                        opts.task_type) for t in opts.tasks]
+    if any(t.kind == "qa" for t in tasks):
+        if not getattr(tok, "is_fast", False):
+            raise UserError(f"--model {opts.model}: extractive QA needs a fast tokenizer (tokenizer.json)")
+        if opts.max_length < opts.max_query_length + 4:
+            raise UserError(f"--max-length {opts.max_length} leaves no room for the context after a question of up "
+                            f"to {opts.max_query_length} tokens; raise it or lower --max-query-length")
     return config, tok, tasks
 
 
@@ -161,6 +173,10 @@ def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path:
 
     from .module import FinetuneData, FinetuneModule, encode
 
+    if task.kind == "qa":
+        from .qa_module import run_qa
+
+        return run_qa(opts, config, tok, task, seed, path, label)
     run = RunDir(path, "finetune")
     if run.has("meta.json"):
         print(f"{label} finished earlier: skipped", file=sys.stderr)

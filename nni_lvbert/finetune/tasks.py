@@ -96,7 +96,7 @@ def glue_name(task: str) -> str | None:
 
 
 def known_tasks() -> list[str]:
-    return [*GLUE, *EMBEDDED, "glue:<task>", "a name of your own with --text-column/--label-column"]
+    return [*GLUE, *EMBEDDED, "squad", "squad_v2", "glue:<task>", "a name of your own with --text-column/--label-column"]
 
 
 # --- GLUE TSV -------------------------------------------------------------------------------------------------
@@ -293,6 +293,10 @@ def load_embedded(name: str) -> TaskData:
 def load_task(task: str, data=None, dev_data=None, text_column=None, pair_column=None, label_column=None,
               task_type: str = "classification") -> TaskData:
     """The task named `task` (see module docstring); raises UserError for anything unusable."""
+    from .squad import load_squad, squad_name
+
+    if squad_name(task):
+        return load_squad(task, data, dev_data)  # extractive QA (SQuAD JSON, or the hub without --data)
     if ":" in task:
         return load_hub(task)
     if text_column or label_column:

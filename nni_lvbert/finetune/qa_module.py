@@ -1,0 +1,155 @@
+"""The Lightning side of extractive QA (SQuAD): window batches, dev logits gathered per window and turned into
+answers and EM/F1 after every validation, and one task × seed run with `run.run_one`'s conventions (RunDir,
+resume from checkpoints/last.ckpt, history.json, meta.json)."""
+from __future__ import annotations
+
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import squad as S
+from .module import FinetuneData, FinetuneModule
+
+TRAIN_KEYS = ("start_positions", "end_positions")
+
+
+def qa_collate(rows: list[dict], pad_id: int) -> dict:
+    """Dynamic padding; training rows keep their start/end positions, dev rows their feature index."""
+    n = max(len(r["input_ids"]) for r in rows)
+    ids = torch.full((len(rows), n), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), n), dtype=torch.long)
+    types = torch.zeros((len(rows), n), dtype=torch.long)
+    for i, r in enumerate(rows):
+        k = len(r["input_ids"])
+        ids[i, :k] = torch.tensor(r["input_ids"])
+        mask[i, :k] = 1
+        types[i, :k] = torch.tensor(r["token_type_ids"])
+    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    if "start_positions" in rows[0]:
+        for key in TRAIN_KEYS:
+            batch[key] = torch.tensor([r[key] for r in rows], dtype=torch.long)
+    else:
+        batch["feature_index"] = torch.tensor([r["feature_index"] for r in rows], dtype=torch.long)
+    return batch
+
+
+class QAData(FinetuneData):
+    def __init__(self, train_rows, dev_features: dict[str, list], batch_size, seed, pad_id, num_workers=0):
+        dev_rows = {name: [{"input_ids": f["input_ids"], "token_type_ids": f["token_type_ids"], "feature_index": k}
+                           for k, f in enumerate(feats)] for name, feats in dev_features.items()}
+        super().__init__(train_rows, dev_rows, batch_size, seed, pad_id, False, num_workers=num_workers)
+
+    def _collate(self, rows):
+        return qa_collate([{k: v for k, v in r.items() if k != "_batch"} for r in rows], self.pad_id)
+
+
+class QAModule(FinetuneModule):
+    """FinetuneModule for a transformers question-answering model; the dev score is the mean of EM and F1."""
+
+    def __init__(self, model, task, dev_features: dict[str, list], post: dict, **kw):
+        super().__init__(model, task, list(dev_features), **kw)
+        self.dev_features, self.post = dev_features, post
+
+    def training_step(self, batch, batch_idx):
+        loss = self.model(**batch).loss
+        self.log("train_loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
+        return loss
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        index = batch.pop("feature_index").cpu().numpy()
+        out = self.model(**batch)
+        lengths = batch["attention_mask"].sum(-1).cpu().numpy()
+        s, e = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+        store = self._preds.setdefault(dataloader_idx, {})
+        for j, k in enumerate(index):
+            store[int(k)] = (s[j, :lengths[j]], e[j, :lengths[j]])
+
+    def _record(self):
+        dev = {}
+        for i, name in enumerate(self.dev_names):
+            feats, got = self.dev_features[name], self._preds.get(i, {})
+            starts = [got[k][0] if k in got else np.zeros(len(f["input_ids"])) for k, f in enumerate(feats)]
+            ends = [got[k][1] if k in got else np.zeros(len(f["input_ids"])) for k, f in enumerate(feats)]
+            examples = self.task.dev[name]
+            preds = S.postprocess(examples, feats, starts, ends, self.task.v2, **self.post)
+            dev[name] = S.evaluate(examples, preds, self.task.v2)
+        self._preds, self._labels = {}, {}
+        score = statistics.fmean(statistics.fmean((m["em"], m["f1"])) for m in dev.values())
+        epoch = round(self.trainer.global_step / self.steps_per_epoch, 3)
+        self.history.append({"step": self.trainer.global_step, "epoch": epoch, "score": score, "dev": dev})
+        if self.history_path is not None:
+            from ..rundir import write_json_atomic
+
+            write_json_atomic(self.history_path, {"history": self.history})
+
+
+def run_qa(opts, config, tok, task: S.QATaskData, seed: int, path: Path, label: str) -> dict:
+    """One SQuAD task × seed run (see run.run_one, whose layout and resume rules it keeps)."""
+    import pytorch_lightning as pl
+    from transformers import AutoModelForQuestionAnswering
+    from transformers.utils import logging as hf_logging
+
+    from ..options import to_dict
+    from ..rundir import RunDir
+    from ..training import fit
+    from .recipe import default_lr
+    from .run import RunOptions
+
+    run = RunDir(path, "finetune")
+    if run.has("meta.json"):
+        print(f"{label} finished earlier: skipped", file=sys.stderr)
+        return run.read_json("meta.json")
+    resume = run.has("checkpoints/last.ckpt")
+    if not resume and path.exists():
+        shutil.rmtree(path)
+    train = task.train[:opts.max_train_examples] if opts.max_train_examples else task.train
+    win = dict(max_length=opts.max_length, max_query_length=opts.max_query_length, doc_stride=opts.doc_stride)
+    train_rows = S.featurize(tok, train, train=True, **win)
+    dev_features = {n: S.featurize(tok, exs, train=False, **win) for n, exs in task.dev.items()}
+    dm = QAData(train_rows, dev_features, opts.batch_size, seed, tok.pad_token_id, num_workers=opts.num_workers)
+    spe = dm.steps_per_epoch
+    epochs = opts.epochs if opts.epochs is not None else task.epochs
+    total = max(1, int(round(epochs * spe)))
+    if opts.max_steps:
+        total = min(total, opts.max_steps)
+    ropts = RunOptions(run_dir=str(path), seed=seed, lr=opts.lr or default_lr(config, qa=True), warmup_steps=0,
+                       max_steps=total, batch_size=opts.batch_size, dropout=0.0, weight_decay=opts.weight_decay,
+                       val_every=min(spe, total), val_batches=1.0,
+                       ckpt_every=opts.ckpt_every or min(spe, 500), accelerator=opts.accelerator, devices="1",
+                       precision=opts.precision, num_workers=opts.num_workers, resume=resume, progress=opts.progress)
+    run.path.mkdir(parents=True, exist_ok=True)
+    run.save_options(to_dict(ropts))
+    print(f"{label} {len(train)} questions → {len(train_rows)} training windows, {total} steps ({spe}/epoch), "
+          f"lr {ropts.lr:g}" + (" (resumed)" if resume else ""), file=sys.stderr)
+
+    pl.seed_everything(seed, workers=True, verbose=False)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # "newly initialized qa_outputs" is expected here
+    try:
+        model = AutoModelForQuestionAnswering.from_pretrained(opts.model)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    post = dict(n_best=opts.n_best, max_answer_length=opts.max_answer_length, null_threshold=opts.null_threshold)
+    module = QAModule(model, task, dev_features, post, lr=ropts.lr, total_steps=total,
+                      warmup_fraction=opts.warmup_fraction, weight_decay=opts.weight_decay,
+                      layer_decay=opts.layer_decay, adam_eps=opts.adam_eps, steps_per_epoch=spe,
+                      history_path=run / "history.json")
+    result = fit(run, ropts, module, dm)
+    history = module.history
+    if not history or history[-1]["step"] != total:
+        result.trainer.validate(module, datamodule=dm, verbose=False)
+        history = module.history
+    final = history[-1]
+    meta = {"task": task.name, "seed": seed, "steps": total, "epochs": epochs, "steps_per_epoch": spe,
+            "train_seconds": result.train_seconds, "train_examples": len(train), "train_windows": len(train_rows),
+            "examples_per_second": total * opts.batch_size / max(result.train_seconds, 1e-9),
+            "score": final["score"], "dev": final["dev"], "history": history, "options": to_dict(ropts)}
+    run.write_json("meta.json", meta)
+    (run / "checkpoints" / "last.ckpt").unlink(missing_ok=True)
+    print(f"{label} dev score {final['score']:.2f} "
+          + " ".join(f"{d}/{k} {v:.2f}" for d, ms in final["dev"].items() for k, v in ms.items()), file=sys.stderr)
+    return meta
