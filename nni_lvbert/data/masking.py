@@ -43,23 +43,29 @@ def mask_validation(val, tokenizer, mlm_probability: float, seed: int, cache_fil
                    new_fingerprint=f"masked-{val._fingerprint}-{seed}-{mlm_probability}", desc="masking validation")
 
 
+def pad_sequences(rows: list[dict], fill: dict[str, int]) -> dict:
+    """The one dynamic padding: each per-token field in `fill` as a LongTensor padded with its fill value to the
+    longest row (a field a row lacks stays all fill), plus attention_mask."""
+    import torch
+
+    n = max(len(r["input_ids"]) for r in rows)
+    batch = {k: torch.full((len(rows), n), v, dtype=torch.long) for k, v in fill.items()}
+    batch["attention_mask"] = torch.zeros((len(rows), n), dtype=torch.long)
+    for i, r in enumerate(rows):
+        m = len(r["input_ids"])
+        for k in fill:
+            if k in r:
+                batch[k][i, :m] = torch.as_tensor(r[k], dtype=torch.long)
+        batch["attention_mask"][i, :m] = 1
+    return batch
+
+
 class PadCollator:
-    """Collate already-masked rows: pad to the longest row, build attention_mask, LongTensors. The one padding of
-    masked rows: the validation DataLoader and the search scorer's validation batches (`load_val_batches`)."""
+    """Collate already-masked rows (pad_sequences with token labels): the validation DataLoader and the search
+    scorer's validation batches (`load_val_batches`)."""
 
     def __init__(self, pad_token_id: int):
         self.pad_token_id = pad_token_id
 
     def __call__(self, rows: list[dict]) -> dict:
-        import torch
-
-        n = max(len(r["input_ids"]) for r in rows)
-        fill = {"input_ids": self.pad_token_id, "token_type_ids": 0, "labels": IGNORE_INDEX}
-        batch = {k: torch.full((len(rows), n), v, dtype=torch.long) for k, v in fill.items()}
-        batch["attention_mask"] = torch.zeros((len(rows), n), dtype=torch.long)
-        for i, r in enumerate(rows):
-            m = len(r["input_ids"])
-            for k in fill:
-                batch[k][i, :m] = torch.as_tensor(r[k], dtype=torch.long)
-            batch["attention_mask"][i, :m] = 1
-        return batch
+        return pad_sequences(rows, {"input_ids": self.pad_token_id, "token_type_ids": 0, "labels": IGNORE_INDEX})

@@ -11,6 +11,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from ..data.masking import pad_sequences
 from ..data.resumable import KeyedRows, StepBatchSampler, StepDataLoader
 from ..errors import UserError
 from . import metrics as M
@@ -38,19 +39,9 @@ def encode(tokenizer, split, task, max_length: int, train: bool) -> list[dict]:
 
 
 def collate(rows: list[dict], pad_id: int, regression: bool) -> dict:
-    rows = [{k: v for k, v in r.items() if k != "_batch"} for r in rows]
-    n = max(len(r["input_ids"]) for r in rows)
-    ids = torch.full((len(rows), n), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), n), dtype=torch.long)
-    types = torch.zeros((len(rows), n), dtype=torch.long)
-    for i, r in enumerate(rows):
-        k = len(r["input_ids"])
-        ids[i, :k] = torch.tensor(r["input_ids"])
-        mask[i, :k] = 1
-        if "token_type_ids" in r:
-            types[i, :k] = torch.tensor(r["token_type_ids"])
-    labels = torch.tensor([r["labels"] for r in rows], dtype=torch.float if regression else torch.long)
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, "labels": labels}
+    batch = pad_sequences(rows, {"input_ids": pad_id, "token_type_ids": 0})
+    batch["labels"] = torch.tensor([r["labels"] for r in rows], dtype=torch.float if regression else torch.long)
+    return batch
 
 
 class FinetuneData(pl.LightningDataModule):

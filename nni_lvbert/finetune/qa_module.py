@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..data.masking import pad_sequences
 from . import squad as S
 from .module import FinetuneData, FinetuneModule
 
@@ -19,16 +20,7 @@ TRAIN_KEYS = ("start_positions", "end_positions")
 
 def qa_collate(rows: list[dict], pad_id: int) -> dict:
     """Dynamic padding; training rows keep their start/end positions, dev rows their feature index."""
-    n = max(len(r["input_ids"]) for r in rows)
-    ids = torch.full((len(rows), n), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), n), dtype=torch.long)
-    types = torch.zeros((len(rows), n), dtype=torch.long)
-    for i, r in enumerate(rows):
-        k = len(r["input_ids"])
-        ids[i, :k] = torch.tensor(r["input_ids"])
-        mask[i, :k] = 1
-        types[i, :k] = torch.tensor(r["token_type_ids"])
-    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    batch = pad_sequences(rows, {"input_ids": pad_id, "token_type_ids": 0})
     if "start_positions" in rows[0]:
         for key in TRAIN_KEYS:
             batch[key] = torch.tensor([r[key] for r in rows], dtype=torch.long)
@@ -44,7 +36,7 @@ class QAData(FinetuneData):
         super().__init__(train_rows, dev_rows, batch_size, seed, pad_id, False, num_workers=num_workers)
 
     def _collate(self, rows):
-        return qa_collate([{k: v for k, v in r.items() if k != "_batch"} for r in rows], self.pad_id)
+        return qa_collate(rows, self.pad_id)
 
 
 class QAModule(FinetuneModule):
