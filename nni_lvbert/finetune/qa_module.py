@@ -89,7 +89,7 @@ def run_qa(opts, config, tok, task: S.QATaskData, seed: int, path: Path, label: 
     from ..rundir import RunDir
     from ..training import fit
     from .recipe import default_lr
-    from .run import RunOptions
+    from .run import run_options
 
     run = RunDir(path, "finetune")
     if run.has("meta.json"):
@@ -104,17 +104,7 @@ def run_qa(opts, config, tok, task: S.QATaskData, seed: int, path: Path, label: 
     dev_features = {n: S.featurize(tok, exs, train=False, **win) for n, exs in task.dev.items()}
     dm = QAData(train_rows, dev_features, opts.batch_size, seed, tok.pad_token_id, num_workers=opts.num_workers)
     spe = dm.steps_per_epoch
-    epochs = opts.epochs if opts.epochs is not None else task.epochs
-    total = max(1, int(round(epochs * spe)))
-    if opts.max_steps:
-        total = min(total, opts.max_steps)
-    ropts = RunOptions(run_dir=str(path), seed=seed, lr=opts.lr or default_lr(config, qa=True), warmup_steps=0,
-                       max_steps=total, batch_size=opts.batch_size, dropout=0.0, weight_decay=opts.weight_decay,
-                       val_every=min(spe, total), val_batches=1.0,
-                       ckpt_every=opts.ckpt_every or min(spe, 500), accelerator=opts.accelerator, devices="1",
-                       precision=opts.precision, num_workers=opts.num_workers, resume=resume, progress=opts.progress)
-    run.path.mkdir(parents=True, exist_ok=True)
-    run.save_options(to_dict(ropts))
+    ropts, total, epochs = run_options(opts, path, seed, task, spe, default_lr(config, qa=True), resume)
     print(f"{label} {len(train)} questions → {len(train_rows)} training windows, {total} steps ({spe}/epoch), "
           f"lr {ropts.lr:g}" + (" (resumed)" if resume else ""), file=sys.stderr)
 

@@ -166,6 +166,25 @@ def finetune(opts: FinetuneOptions) -> dict:
     return write_reports(out, opts, results)
 
 
+def run_options(opts: FinetuneOptions, path: Path, seed: int, task, steps_per_epoch: int, lr: float,
+                resume: bool) -> tuple[RunOptions, int, float]:
+    """(the Lightning run's options, total steps, epochs) of one task x seed run: the task's epochs (or --epochs)
+    capped by --max-steps, validation once per epoch; written to its options.json."""
+    epochs = opts.epochs if opts.epochs is not None else task.epochs
+    total = max(1, int(round(epochs * steps_per_epoch)))
+    if opts.max_steps:
+        total = min(total, opts.max_steps)
+    ropts = RunOptions(run_dir=str(path), seed=seed, lr=opts.lr or lr, warmup_steps=0,
+                       max_steps=total, batch_size=opts.batch_size, dropout=0.0, weight_decay=opts.weight_decay,
+                       val_every=min(steps_per_epoch, total), val_batches=1.0,
+                       ckpt_every=opts.ckpt_every or min(steps_per_epoch, 500), accelerator=opts.accelerator,
+                       devices="1", precision=opts.precision, num_workers=opts.num_workers, resume=resume,
+                       progress=opts.progress)
+    path.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path / "options.json", to_dict(ropts))
+    return ropts, total, epochs
+
+
 def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path: Path, label: str) -> dict:
     import pytorch_lightning as pl
     from transformers import AutoModelForSequenceClassification
@@ -194,17 +213,7 @@ def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path:
     dm = FinetuneData(train_rows, dev_rows, opts.batch_size, seed, tok.pad_token_id, task.kind == "regression",
                       num_workers=opts.num_workers)
     spe = dm.steps_per_epoch
-    epochs = opts.epochs if opts.epochs is not None else task.epochs
-    total = max(1, int(round(epochs * spe)))
-    if opts.max_steps:
-        total = min(total, opts.max_steps)
-    ropts = RunOptions(run_dir=str(path), seed=seed, lr=opts.lr or default_lr(config), warmup_steps=0,
-                       max_steps=total, batch_size=opts.batch_size, dropout=0.0, weight_decay=opts.weight_decay,
-                       val_every=min(spe, total), val_batches=1.0,
-                       ckpt_every=opts.ckpt_every or min(spe, 500), accelerator=opts.accelerator, devices="1",
-                       precision=opts.precision, num_workers=opts.num_workers, resume=resume, progress=opts.progress)
-    run.path.mkdir(parents=True, exist_ok=True)
-    run.save_options(to_dict(ropts))
+    ropts, total, epochs = run_options(opts, path, seed, task, spe, default_lr(config), resume)
     print(f"{label} {len(train_rows)} training examples, {total} steps ({spe}/epoch), lr {ropts.lr:g}"
           + (" (resumed)" if resume else ""), file=sys.stderr)
 
