@@ -3,10 +3,8 @@ answers and EM/F1 after every validation, and one task × seed run with `run.run
 resume from checkpoints/last.ckpt, history.json, meta.json)."""
 from __future__ import annotations
 
-import shutil
 import statistics
 import sys
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -79,25 +77,19 @@ class QAModule(FinetuneModule):
             write_json_atomic(self.history_path, {"history": self.history})
 
 
-def run_qa(opts, config, tok, task: S.QATaskData, seed: int, path: Path, label: str) -> dict:
-    """One SQuAD task × seed run (see run.run_one, whose layout and resume rules it keeps)."""
+def run_qa(opts, config, tok, task: S.QATaskData, seed: int, run, resume: bool, label: str) -> dict:
+    """One SQuAD task × seed run in `run` (a RunDir that `run.run_one` has checked: unfinished; `resume` when it
+    holds a checkpoint), with run_one's layout."""
     import pytorch_lightning as pl
     from transformers import AutoModelForQuestionAnswering
     from transformers.utils import logging as hf_logging
 
     from ..options import to_dict
-    from ..rundir import RunDir
     from ..training import fit
     from .recipe import default_lr
     from .run import run_options
 
-    run = RunDir(path, "finetune")
-    if run.has("meta.json"):
-        print(f"{label} finished earlier: skipped", file=sys.stderr)
-        return run.read_json("meta.json")
-    resume = run.has("checkpoints/last.ckpt")
-    if not resume and path.exists():
-        shutil.rmtree(path)
+    path = run.path
     train = task.train[:opts.max_train_examples] if opts.max_train_examples else task.train
     win = dict(max_length=opts.max_length, max_query_length=opts.max_query_length, doc_stride=opts.doc_stride)
     train_rows = S.featurize(tok, train, train=True, **win)

@@ -192,10 +192,6 @@ def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path:
 
     from .module import FinetuneData, FinetuneModule, encode
 
-    if task.kind == "qa":
-        from .qa_module import run_qa
-
-        return run_qa(opts, config, tok, task, seed, path, label)
     run = RunDir(path, "finetune")
     if run.has("meta.json"):
         print(f"{label} finished earlier: skipped", file=sys.stderr)
@@ -203,6 +199,10 @@ def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path:
     resume = run.has("checkpoints/last.ckpt")
     if not resume and path.exists():
         shutil.rmtree(path)  # interrupted before its first checkpoint: start it again
+    if task.kind == "qa":
+        from .qa_module import run_qa
+
+        return run_qa(opts, config, tok, task, seed, run, resume, label)
     train = task.train
     if opts.max_train_examples:
         train = dataclasses.replace(train, text_a=train.text_a[:opts.max_train_examples],
