@@ -25,6 +25,7 @@ COMMANDS = [
     ("export", "nni_lvbert.export"),
     ("pretrain", "nni_lvbert.pretrain.cli"),
     ("finetune", "nni_lvbert.finetune.cli"),  # registers finetune and glue
+    ("study", "nni_lvbert.study.cli"),
     ("run", "nni_lvbert.pipeline"),
     ("init-experiment", "nni_lvbert.init_experiment"),
 ]

@@ -17,6 +17,9 @@ def register(sub) -> None:
     p.add_argument("--arch", default=None, help="best_arch.json, a name (bert, dynamicconv, sandwich, lvbert-small), "
                                                 "letters (ccsf...: c=dc s=sa f=ff g=glu) or digits (0=dc 1=sa 2=ff)")
     p.add_argument("--size", default=None, help="tiny | small | medium | base (default small; tiny: a CPU preset)")
+    p.add_argument("--model-config", default=None, metavar="FILE",
+                   help="a model_config.json (e.g. SUPERNET/model_config.json) giving the shape instead of --size; "
+                        "--size still picks the training preset")
     p.add_argument("--objective", default=d.objective, help=f"mlm | electra (default {d.objective})")
     p.add_argument("--sop", action="store_true", help="add ALBERT sentence-order prediction")
     add_data_args(p)

@@ -16,6 +16,7 @@ Run directory (besides options.json, model_config.json, space.yaml, tokenizer/, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from ..errors import UserError
@@ -48,6 +49,7 @@ class PretrainOptions(TrainOptions):
 
     run_dir: str = "runs/pretrain"
     arch: str | None = None  # any Arch spelling; stored as compact letters
+    model_config: str | None = None  # a model_config.json (e.g. a supernet run's) instead of --size's shape
     objective: str = "electra"
     sop: bool = False
     sharing: str | None = None
@@ -83,6 +85,21 @@ def check_options(opts: PretrainOptions) -> None:
         raise UserError("--clip-grad and --disc-weight must not be negative")
 
 
+def model_shape(opts: PretrainOptions):
+    """The ModelConfig to train: --size's, or --model-config's (a supernet's shape: the study of its ranking trains
+    subnets stand-alone at exactly that shape); dropout and sharing from the options either way."""
+    from ..config import ModelConfig, load_size
+    from ..rundir import read_json
+
+    overrides = dict(dropout=opts.resolved("dropout"), attention_dropout=opts.resolved("dropout"))
+    if opts.sharing is not None:
+        overrides["sharing"] = opts.sharing
+    if opts.model_config is None:
+        return load_size(opts.size, **overrides)
+    values = read_json(Path(opts.model_config), "--model-config file")
+    return ModelConfig.from_dict({**values, **{k: v for k, v in overrides.items() if v is not None}})
+
+
 def validation_callback(history: list):
     import pytorch_lightning as pl
 
@@ -102,7 +119,7 @@ def validation_callback(history: list):
 def train_pretrain(opts: PretrainOptions) -> dict:
     import pytorch_lightning as pl
 
-    from ..config import SpaceSpec, load_size
+    from ..config import SpaceSpec
     from .data import PretrainDataModule
     from .module import PretrainModule
     from .objectives import build_objective, generator_config, parse_arch
@@ -113,8 +130,7 @@ def train_pretrain(opts: PretrainOptions) -> dict:
     opts.size = opts.size or DEFAULT_SIZE
     check_options(opts)
     arch = parse_arch(opts.arch)
-    cfg = load_size(opts.size, dropout=opts.resolved("dropout"), attention_dropout=opts.resolved("dropout"),
-                    sharing=opts.sharing)
+    cfg = model_shape(opts)
     gen_cfg = generator_config(cfg, opts.resolved("generator_fraction")) if opts.objective == "electra" else None
     max_steps, batch_size = opts.resolved("max_steps"), opts.resolved("batch_size")
     check_positive(max_steps=max_steps, batch_size=batch_size, val_every=opts.resolved("val_every"),

@@ -1,0 +1,1 @@
+"""Does the search find better BERTs? `lvbert study ranking | search | downstream` (see each module)."""

@@ -1,0 +1,268 @@
+"""What the three studies share: the study directory, the stand-alone training budget, the model store (one
+stand-alone pre-training per (arch, objective, shape, budget, data, seed), reused across studies), MLM accuracy
+of a stand-alone model on fixed validation tokens, rank statistics with bootstrap intervals, Markdown tables.
+
+A study directory:
+
+    OUT/options.json     the study's options (what --resume continues with)
+    OUT/models/          the model store (or --models DIR, shared between studies): one `lvbert pretrain` run
+                         directory per stand-alone model, named <letters>-<objective>-seed<k>-<digest>
+    OUT/<study>.json     the measured answer (written last), plus <study>.md and <study>.png
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UserError
+from ..options import resume_from, to_dict
+from ..rundir import CHECKPOINT, META, check_output_dir, read_json, write_json_atomic
+
+OPTIONS = "options.json"
+ALL_TOKENS = 10**9  # --val-tokens default: the whole validation split
+
+# Stand-alone budgets. "tiny" is the CPU regime of the README's study (see docs/study.md for how it was chosen);
+# "quick" is CI-sized: it checks that everything runs, not what wins.
+BUDGETS = {
+    "quick": dict(steps=30, lr=2e-3, warmup_steps=3, batch_size=8, dropout=0.0),
+    "tiny": dict(steps=1500, lr=2e-3, warmup_steps=100, batch_size=32, dropout=0.0),
+}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One stand-alone training budget: every compared model gets the same steps, batch and schedule."""
+
+    steps: int
+    lr: float
+    warmup_steps: int
+    batch_size: int
+    dropout: float = 0.0
+
+    def check(self) -> None:
+        for name in ("steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.lr <= 0 or self.warmup_steps < 0 or not 0 <= self.dropout < 1:
+            raise UserError("--lr must be positive, --warmup-steps not negative and --dropout in [0, 1)")
+
+
+@dataclass
+class StudyOptions:
+    """Options every study has; each study adds its own fields."""
+
+    MAY_CHANGE = frozenset({"progress", "run_dir", "threads"})
+    FLAGS = {"progress": "--no-progress", "run_dir": "--out"}
+
+    run_dir: str = "runs/study"
+    quick: bool = False
+    models: str | None = None  # model store (default OUT/models)
+    steps: int | None = None  # stand-alone budget; None = the preset (quick or tiny)
+    lr: float | None = None
+    warmup_steps: int | None = None
+    batch_size: int | None = None
+    dropout: float | None = None
+    seed: int = 0  # seed of the stand-alone trainings and of the study's own draws
+    data_seed: int = 0
+    val_tokens: int = ALL_TOKENS
+    threads: int | None = None
+    progress: bool = True
+    resume: bool = False
+    overwrite: bool = False
+    given: list[str] | None = field(default=None, compare=False)
+
+    def budget(self) -> Budget:
+        preset = BUDGETS["quick" if self.quick else "tiny"]
+        values = {k: preset[k] if getattr(self, k) is None else getattr(self, k) for k in preset}
+        budget = Budget(**values)
+        budget.check()
+        return budget
+
+    def store(self) -> Path:
+        return Path(self.models) if self.models else Path(self.run_dir) / "models"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def begin(opts: StudyOptions, what: str) -> StudyOptions:
+    """Check OUT (refuse non-empty without --resume/--overwrite); on --resume take the stored options."""
+    out = Path(opts.run_dir)
+    if check_output_dir(out, opts.resume, opts.overwrite, OPTIONS, f"{what} directory"):
+        shutil.rmtree(out)
+    if opts.resume:
+        opts = resume_from(opts, read_json(out / OPTIONS, f"{what} options"), out, may_change=opts.MAY_CHANGE,
+                           flags=opts.FLAGS)
+    if opts.threads:
+        import torch
+
+        torch.set_num_threads(opts.threads)
+    return opts
+
+
+def start(opts: StudyOptions) -> Path:
+    """Create OUT and store the options (only after every input was checked)."""
+    out = Path(opts.run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / OPTIONS).is_file():
+        write_json_atomic(out / OPTIONS, to_dict(opts))
+    return out
+
+
+# --- stand-alone models ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Standalone:
+    """What a stand-alone pre-training is a function of (its store key)."""
+
+    arch: str  # compact letters
+    objective: str
+    size: str  # the training preset's size name (tiny, small, ...)
+    model_config: dict  # the shape (a ModelConfig dict)
+    budget: Budget
+    data: str  # prepared data directory
+    seed: int
+    data_seed: int
+
+    def key(self) -> str:
+        blob = json.dumps({**dataclasses.asdict(self), "data": str(Path(self.data).resolve())}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+    def dirname(self) -> str:
+        return f"{self.arch}-{self.objective}-seed{self.seed}-{self.key()}"
+
+
+def train_standalone(spec: Standalone, store: Path, progress: bool = True) -> Path:
+    """Pre-train `spec` from scratch into the store (skipped when finished, resumed when interrupted)."""
+    from ..pretrain.train import PretrainOptions, train_pretrain
+
+    path = store / spec.dirname()
+    if (path / META).is_file():
+        return path
+    resume = (path / CHECKPOINT).is_file() and (path / OPTIONS).is_file()
+    store.mkdir(parents=True, exist_ok=True)
+    config = store / f".{spec.dirname()}.model_config.json"
+    write_json_atomic(config, spec.model_config)
+    b = spec.budget
+    opts = PretrainOptions(
+        run_dir=str(path), arch=spec.arch, size=spec.size, model_config=str(config), objective=spec.objective,
+        data=spec.data, data_seed=spec.data_seed, seed=spec.seed, lr=b.lr, warmup_steps=b.warmup_steps,
+        max_steps=b.steps, batch_size=b.batch_size, dropout=b.dropout, val_every=b.steps, val_batches=4,
+        ckpt_every=max(1, min(250, b.steps // 4)), progress=progress, resume=resume,
+        overwrite=not resume and path.exists(), accelerator="cpu" if _cpu_only() else "auto")
+    train_pretrain(opts)
+    return path
+
+
+def _cpu_only() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def mlm_model(run_path: Path):
+    """The MLM model of a finished pre-training run (ELECTRA: its generator), weights loaded, eval mode."""
+    from ..pretrain.objectives import build_objective, parse_arch
+    from ..pretrain.train import WEIGHTS
+    from ..rundir import RunDir
+
+    run = RunDir(run_path, "pretrain")
+    run.require([WEIGHTS, "model_config.json", "arch.json", META])
+    meta = run.meta
+    gen = meta.get("generator_config")
+    fraction = gen["hidden_size"] / run.cfg.hidden_size if gen else 0.25
+    model = build_objective(meta["objective"], run.cfg, parse_arch(run.read_json("arch.json")["compact"]),
+                            sop=bool(meta.get("sop")), generator_fraction=fraction)
+    run.load_weights(model, WEIGHTS, "its model_config.json")
+    model.eval()
+    return model.mlm if meta["objective"] == "mlm" else model.generator
+
+
+def standalone_accuracy(run_path: Path, batches) -> float:
+    """MLM accuracy of a stand-alone model on the given fixed-masked validation batches (search.scorer's)."""
+    import torch
+
+    from ..search.scorer import batches_accuracy
+
+    model = mlm_model(run_path)
+    device = batches[0].input_ids.device
+    model.to(device)
+    with torch.inference_mode():
+        hidden = [model.encode(b.input_ids, b.mask, b.token_type_ids) for b in batches]
+        return batches_accuracy(model.head, hidden, batches)
+
+
+def validation_batches(data_path: str, cfg, val_tokens: int):
+    """The fixed-masked validation batches every compared model is scored on (the first `val_tokens` tokens)."""
+    from ..search.scorer import load_val_batches
+
+    return load_val_batches(data_path, val_tokens, 64, cfg.pad_token_id, cfg.vocab_size, cfg.max_position)
+
+
+# --- statistics ------------------------------------------------------------------------------------------------
+def rank_correlations(x, y, resamples: int = 2000, seed: int = 0) -> dict:
+    """Kendall tau-b and Spearman rho (scipy) of paired values, each with a percentile bootstrap 95 % interval
+    over resampled pairs (resamples with fewer than 3 distinct pairs or constant values are skipped)."""
+    import numpy as np
+    from scipy.stats import kendalltau, spearmanr
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 3:
+        raise UserError(f"rank correlations need at least 3 architectures, got {len(x)}")
+    out = {"n": int(len(x)), "kendall_tau": None, "spearman_rho": None, "kendall_tau_ci95": None,
+           "spearman_rho_ci95": None, "bootstrap_resamples": 0}
+    if x.std() == 0 or y.std() == 0:  # every model scored alike: no ranking to compare (too short a budget?)
+        out["undefined"] = "constant scores on one side"
+        return out
+    out.update(kendall_tau=float(kendalltau(x, y).statistic), spearman_rho=float(spearmanr(x, y).statistic))
+    rng = np.random.default_rng(seed)
+    taus, rhos = [], []
+    for _ in range(resamples):
+        idx = rng.integers(0, len(x), len(x))
+        a, b = x[idx], y[idx]
+        if len(set(idx.tolist())) < 3 or a.std() == 0 or b.std() == 0:
+            continue
+        taus.append(kendalltau(a, b).statistic)
+        rhos.append(spearmanr(a, b).statistic)
+    for name, values in (("kendall_tau", taus), ("spearman_rho", rhos)):
+        values = [v for v in values if v == v]  # NaN-free
+        out[f"{name}_ci95"] = ([float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
+                               if values else None)
+    out["bootstrap_resamples"] = len(taus)
+    return out
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return f"{v:.4f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def save_figure(fig, path: Path) -> None:
+    import os
+
+    import matplotlib.pyplot as plt
+
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

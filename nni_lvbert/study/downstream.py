@@ -1,0 +1,177 @@
+"""`lvbert study downstream`: the searched order against the baselines after stand-alone pre-training.
+
+Each architecture is pre-trained from scratch with one budget (MLM or ELECTRA, the size's shape, the same data and
+seed) into the model store, scored by MLM accuracy on the same fixed-masked validation tokens (ELECTRA: its
+generator's), then fine-tuned on each task with several seeds (`lvbert finetune`, OUT/finetune/<arch>/). The table
+gives the median and the min-max range over seeds, and for every arch whether its difference from the searched one
+is larger than the seed spread (the two min-max ranges do not overlap).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UserError
+from ..rundir import read_json, write_json_atomic, write_text_atomic
+from .common import (Standalone, StudyOptions, begin, log, markdown_table, pyplot, save_figure, standalone_accuracy,
+                     start, train_standalone, validation_batches)
+
+RESULT = "downstream.json"
+DEFAULT_ARCHS = ["searched", "bert", "dynamicconv", "lvbert-small", "sandwich"]
+
+
+@dataclass
+class DownstreamOptions(StudyOptions):
+    archs: list[str] = field(default_factory=lambda: list(DEFAULT_ARCHS))
+    searched: str | None = None  # best_arch.json, a search directory or any arch spelling
+    size: str = "tiny"
+    objective: str = "mlm"
+    data: str | None = None  # prepared pre-training data (default: the embedded corpus prepared for --size)
+    cache_dir: str | None = None
+    tasks: list[str] = field(default_factory=lambda: ["sotu-era"])
+    task_data: str | None = None
+    ft_seeds: list[int] | None = None  # default 0 1 2 (quick: 0 1)
+    ft_max_steps: int | None = None  # cap per fine-tuning run (quick: 4)
+    slots: int = 24  # depth of the named baselines (a searched arch brings its own)
+
+
+def _resolve_archs(opts: DownstreamOptions, slots: int) -> list[tuple[str, str]]:
+    """(label, compact letters) per requested arch; `searched` comes from --searched."""
+    from ..arch import Arch, named_arch
+    from ..config import SpaceSpec
+    from ..pretrain.objectives import parse_arch
+
+    out = []
+    for name in opts.archs:
+        if name == "searched":
+            if not opts.searched:
+                raise UserError("--archs lists 'searched': give the searched architecture with --searched "
+                                "(best_arch.json, a search directory or letters)")
+            src = Path(opts.searched)
+            value = str(src / "best_arch.json") if src.is_dir() else opts.searched
+            out.append(("searched", parse_arch(value).compact))
+        else:
+            letters = named_arch(name, slots)
+            arch = Arch.parse(letters or name, SpaceSpec(name="study", slots=slots))
+            out.append((name, arch.compact))
+    labels = [lab for lab, _ in out]
+    if len(set(labels)) != len(labels):
+        raise UserError("an architecture is listed twice in --archs")
+    return out
+
+
+def run_downstream(opts: DownstreamOptions) -> dict:
+    from ..config import load_size
+    from ..data import PreparedData, prepare
+    from ..finetune.run import FinetuneOptions, finetune
+    from ..info import param_counts
+    from ..pretrain.objectives import OBJECTIVES, parse_arch
+
+    opts = begin(opts, "study")
+    if opts.objective not in OBJECTIVES:
+        raise UserError(f"unknown objective {opts.objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    budget = opts.budget()
+    cfg = load_size(opts.size, dropout=budget.dropout, attention_dropout=budget.dropout)
+    archs = _resolve_archs(opts, opts.slots)
+    ft_seeds = opts.ft_seeds or ([0, 1] if opts.quick else [0, 1, 2])
+    ft_cap = opts.ft_max_steps if opts.ft_max_steps is not None else (4 if opts.quick else None)
+    data = PreparedData.load(opts.data) if opts.data else prepare(size=opts.size, seed=opts.data_seed,
+                                                                   cache_dir=opts.cache_dir)
+    cfg.vocab_size = data.vocab_size
+    out = start(opts)
+    batches, val_stats = validation_batches(str(data.path), cfg, opts.val_tokens)
+
+    rows = []
+    for i, (label, letters) in enumerate(archs):
+        spec = Standalone(arch=letters, objective=opts.objective, size=opts.size, model_config=cfg.to_dict(),
+                          budget=budget, data=str(data.path), seed=opts.seed, data_seed=opts.data_seed)
+        log(f"[{i + 1}/{len(archs)}] {label} ({letters}): stand-alone {opts.objective.upper()} pre-training")
+        run = train_standalone(spec, opts.store(), opts.progress)
+        meta = read_json(run / "meta.json")
+        ft_dir = out / "finetune" / label
+        log(f"[{i + 1}/{len(archs)}] {label}: fine-tuning on {', '.join(opts.tasks)}, seeds {ft_seeds}")
+        if not (ft_dir / "results.json").is_file() or read_json(ft_dir / "results.json").get("model") != str(run / "hf"):
+            resume = (ft_dir / "options.json").is_file()
+            finetune(FinetuneOptions(model=str(run / "hf"), tasks=list(opts.tasks), data=opts.task_data,
+                                     run_dir=str(ft_dir), seeds=list(ft_seeds), max_length=cfg.max_length,
+                                     max_steps=ft_cap, max_train_examples=64 if opts.quick else None,
+                                     accelerator="cpu", progress=opts.progress, resume=resume,
+                                     overwrite=not resume and ft_dir.exists()))
+        ft = read_json(ft_dir / "results.json")
+        final = meta.get("final", {})
+        rows.append({"label": label, "arch": letters, "run": str(run),
+                     "backbone_params": param_counts(cfg, parse_arch(letters))["backbone"],
+                     "mlm_acc": standalone_accuracy(run, batches),
+                     "disc_auc": final.get("val_disc_auc"),
+                     "tasks": {t: {"median": r["score_median"],
+                                   "per_seed": [r["score_per_seed"][str(s)] for s in ft_seeds]}
+                               for t, r in ft["tasks"].items()}})
+    result = {"study": "downstream", "size": opts.size, "objective": opts.objective, "budget": budget.__dict__,
+              "seed": opts.seed, "data": str(data.path), "validation": val_stats, "tasks": list(opts.tasks),
+              "ft_seeds": ft_seeds, "ft_max_steps": ft_cap, "rows": rows, "comparisons": compare(rows)}
+    _report(result, out)
+    write_json_atomic(out / RESULT, result)
+    return result
+
+
+def compare(rows: list[dict]) -> dict:
+    """Per task, every arch against the first row (the searched one when listed first): difference of medians and
+    whether it exceeds the seed spread (min-max ranges over seeds do not overlap)."""
+    if not rows:
+        return {}
+    ref = rows[0]
+    out = {}
+    for task in ref["tasks"]:
+        a = ref["tasks"][task]["per_seed"]
+        out[task] = {}
+        for r in rows[1:]:
+            b = r["tasks"][task]["per_seed"]
+            separated = max(a) < min(b) or max(b) < min(a)
+            out[task][r["label"]] = {"diff_median": statistics.median(a) - statistics.median(b),
+                                     "beyond_seed_spread": separated}
+    return {"reference": ref["label"], "tasks": out}
+
+
+def _report(result: dict, out: Path) -> None:
+    rows, tasks = result["rows"], result["tasks"]
+    comp = result["comparisons"]
+    ref = comp.get("reference")
+    header = ["arch", "letters", "backbone params", "MLM acc"] + [f"{t} median [min–max]" for t in tasks]
+    if ref:
+        header += [f"{t}: {ref} − this" for t in tasks]
+    body = []
+    for r in rows:
+        line = [r["label"], f"`{r['arch']}`", f"{r['backbone_params'] / 1e6:.2f}M", r["mlm_acc"]]
+        for t in tasks:
+            v = r["tasks"][t]
+            line.append(f"{v['median']:.2f} [{min(v['per_seed']):.2f}–{max(v['per_seed']):.2f}]")
+        if ref:
+            for t in tasks:
+                c = comp["tasks"][t].get(r["label"])
+                line.append("—" if c is None else
+                            f"{c['diff_median']:+.2f}" + (" (beyond seed spread)" if c["beyond_seed_spread"] else ""))
+        body.append(line)
+    b = result["budget"]
+    md = [f"# Stand-alone {result['objective'].upper()} pre-training, then fine-tuning ({result['size']})\n",
+          f"Every arch: {b['steps']} steps, batch {b['batch_size']}, lr {b['lr']:g}, warm-up {b['warmup_steps']}, "
+          f"seed {result['seed']}; MLM accuracy on the same {result['validation']['masked_tokens']} masked validation "
+          f"tokens; fine-tuning seeds {result['ft_seeds']}.\n", markdown_table(header, body)]
+    write_text_atomic(out / "downstream.md", "\n".join(md))
+    plt = pyplot()
+    n = 1 + len(tasks)
+    fig, axes = plt.subplots(1, n, figsize=(3.6 * n, 3.6), squeeze=False)
+    labels = [r["label"] for r in rows]
+    axes[0][0].bar(labels, [r["mlm_acc"] for r in rows], color="tab:gray")
+    axes[0][0].set_title("stand-alone MLM accuracy", fontsize=10)
+    for ax, t in zip(axes[0][1:], tasks):
+        med = [r["tasks"][t]["median"] for r in rows]
+        lo = [m - min(r["tasks"][t]["per_seed"]) for m, r in zip(med, rows)]
+        hi = [max(r["tasks"][t]["per_seed"]) - m for m, r in zip(med, rows)]
+        ax.bar(labels, med, yerr=[lo, hi], capsize=4)
+        ax.set_title(f"{t}: median, min–max over seeds", fontsize=10)
+    for ax in axes[0]:
+        ax.tick_params(axis="x", rotation=35, labelsize=8)
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    save_figure(fig, out / "downstream.png")

@@ -1,0 +1,176 @@
+"""`lvbert study ranking | search | downstream`: statistics, selection, and each sub-study end to end in --quick mode
+on a tiny 6-slot supernet (tests/search_fixtures.py, trained long enough that candidates score differently)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import kendalltau, spearmanr
+
+from nni_lvbert.arch import Arch
+from nni_lvbert.study.common import rank_correlations
+from nni_lvbert.study.ranking import _pick
+from nni_lvbert.study.search import summarize
+from tests.search_fixtures import build_tiny_supernet, one_error_line, prepare_tiny_data, run_cli
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("study")
+    data = prepare_tiny_data(root)
+    run = build_tiny_supernet(root / "supernet", data, steps=300)
+    return {"root": root, "data": data, "run": run}
+
+
+# --- pieces ------------------------------------------------------------------------------------------------------
+def test_rank_correlations_are_scipys_with_bootstrap_intervals():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=14)
+    y = x + rng.normal(scale=0.7, size=14)
+    r = rank_correlations(x, y, resamples=300, seed=1)
+    assert r["kendall_tau"] == pytest.approx(kendalltau(x, y).statistic)
+    assert r["spearman_rho"] == pytest.approx(spearmanr(x, y).statistic)
+    for name in ("kendall_tau", "spearman_rho"):
+        lo, hi = r[f"{name}_ci95"]
+        assert -1 <= lo <= hi <= 1
+    assert r["kendall_tau_ci95"][0] > 0  # strongly related pairs: the interval excludes 0
+    assert rank_correlations(x, y, resamples=300, seed=1) == r  # seeded
+    flat = rank_correlations(x, np.zeros(14))
+    assert flat["kendall_tau"] is None and flat["undefined"]
+    with pytest.raises(Exception, match="at least 3"):
+        rank_correlations([1, 2], [2, 1])
+
+
+def test_pick_spreads_over_the_score_range():
+    types = ["dc", "sa", "ff"]
+    pool = [(Arch((types[i // 3], types[i % 3])), float(i)) for i in range(9)]  # scores 0..8
+    scores = dict(pool)
+    assert [scores[a] for a in _pick(pool[::-1], 3)] == [0.0, 4.0, 8.0]
+    assert [scores[a] for a in _pick(pool, 5)] == [0.0, 2.0, 4.0, 6.0, 8.0]
+    assert _pick(pool, 100) == [a for a, _ in pool]
+
+
+def test_search_summary_counts_wins_and_ties():
+    def seed(e, r, q):
+        return {"evolution": {"best": e, "best_arch": "a", "top10": [e - 0.1, e]},
+                "regularized-evolution": {"best": r, "best_arch": "b", "top10": [r - 0.1, r]},
+                "random": {"best": q, "best_arch": "c", "top10": [q - 0.1, q]}}
+
+    s = summarize({0: seed(0.5, 0.4, 0.3), 1: seed(0.5, 0.5, 0.2), 2: seed(0.1, 0.6, 0.2)},
+                  ["evolution", "regularized-evolution", "random"], None)
+    res = s["results"]
+    assert res["evolution"]["wins"] == 1.5 and res["regularized-evolution"]["wins"] == 1.5
+    assert res["random"]["wins"] == 0
+    assert sum(r["wins"] for r in res.values()) == 3
+    assert res["random"]["evolution_minus_this"]["evolution_better"] == 2
+    assert res["evolution"]["curve_max"] == [0.4, 0.5]
+
+
+# --- end to end (--quick) -----------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
+    out = tmp_path / "rank"
+    args = ["study", "ranking", "--supernet", str(trained["run"]), "--quick", "--out", str(out), "--no-progress"]
+    code, stdout, err = run_cli(args, capsys)
+    assert code == 0, err
+    res = json.loads((out / "ranking.json").read_text())
+    rows = res["rows"]
+    roles = [r["role"] for r in rows]
+    assert roles.count("spread") == 3 and "bert" in roles and "dynamicconv" in roles
+    assert "lvbert-small" not in roles  # 24 slots: does not fit the 6-slot space, left out with a note
+    assert "lvbert-small does not fit" in err
+    x, y = [r["inherited"] for r in rows], [r["standalone"] for r in rows]
+    assert len(set(x)) > 1 and len(set(y)) > 1
+    assert res["kendall_tau"] == pytest.approx(kendalltau(x, y).statistic)
+    assert -1 <= res["kendall_tau"] <= 1 and -1 <= res["spearman_rho"] <= 1
+    pool = json.loads((out / "pool.json").read_text())["pool"]
+    assert len(pool) >= 10
+    spread = sorted(r["inherited"] for r in rows if r["role"] == "spread")
+    assert spread[0] == min(p["score"] for p in pool) and spread[-1] == max(p["score"] for p in pool)
+    for r in rows:  # stand-alone models: trained from scratch, in the store, finished
+        run = Path(r["run"])
+        assert run.parent.resolve() == (out / "models").resolve() and (run / "meta.json").is_file()
+        assert json.loads((run / "options.json").read_text())["max_steps"] == 30
+    assert (out / "ranking.png").stat().st_size > 5000 and "Kendall tau" in (out / "ranking.md").read_text()
+    assert json.loads(stdout.strip().splitlines()[-1])["kendall_tau"] == res["kendall_tau"]
+
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "models").glob("*/meta.json")}
+    code, _, err = run_cli(["study", "ranking", "--out", str(out), "--resume", "--no-progress"], capsys)
+    assert code == 0, err
+    assert json.loads((out / "ranking.json").read_text())["rows"] == rows  # nothing re-drawn, nothing retrained
+    assert {p: p.stat().st_mtime_ns for p in (out / "models").glob("*/meta.json")} == stamps
+
+    code, _, err = run_cli(["study", "ranking", "--out", str(out), "--resume", "--archs", "5"], capsys)
+    assert code == 2 and "contradicts" in one_error_line(err)
+    code, _, err = run_cli(args, capsys)  # the same command again: refused, nothing overwritten
+    assert code == 2 and "not empty" in one_error_line(err)
+
+
+@pytest.mark.slow
+def test_search_study_quick(trained, tmp_path, capsys):
+    out = tmp_path / "search"
+    code, stdout, err = run_cli(["study", "search", "--supernet", str(trained["run"]), "--quick", "--seeds", "2",
+                                 "--val-tokens", "2048", "--out", str(out), "--no-progress"], capsys)
+    assert code == 0, err
+    res = json.loads((out / "search_study.json").read_text())
+    assert res["seeds"] == 2 and res["budget"] == 18
+    strategies = ["evolution", "regularized-evolution", "random"]
+    assert list(res["results"]) == strategies  # one series per strategy
+    assert sum(r["wins"] for r in res["results"].values()) == pytest.approx(2)
+    for name, r in res["results"].items():
+        assert len(r["best_per_seed"]) == 2 and len(r["curve_mean"]) == 3
+        assert all(lo <= m <= hi for lo, m, hi in zip(r["curve_min"], r["curve_mean"], r["curve_max"]))
+        assert all(a <= b + 1e-12 for a, b in zip(r["curve_mean"], r["curve_mean"][1:]))  # top-10 never drops
+    for seed in (0, 1):
+        best = json.loads((out / f"seed{seed}" / "best_arch.json").read_text())
+        assert best["seed"] == seed and best["budget"] == 18
+        assert best["score"] == max(r["best_per_seed"][seed] for r in res["results"].values())
+    assert (out / "search_study.png").is_file() and "wins" in (out / "search_study.md").read_text()
+
+
+@pytest.mark.slow
+def test_downstream_quick_and_model_store_reuse(trained, tmp_path, capsys):
+    store = tmp_path / "store"
+    common = ["--quick", "--data", str(trained["data"].path), "--models", str(store), "--no-progress"]
+    out = tmp_path / "down"
+    code, _, err = run_cli(["study", "downstream", "--archs", "searched,bert,dynamicconv", "--searched",
+                            "cfsfsgcfsfsgcfsfsgcfsfsg", "--out", str(out), *common], capsys)
+    assert code == 0, err
+    res = json.loads((out / "downstream.json").read_text())
+    assert [r["label"] for r in res["rows"]] == ["searched", "bert", "dynamicconv"]
+    for r in res["rows"]:
+        assert 0 <= r["mlm_acc"] <= 1 and not math.isnan(r["mlm_acc"])
+        assert len(r["tasks"]["sotu-era"]["per_seed"]) == 2
+        assert r["tasks"]["sotu-era"]["median"] == pytest.approx(np.median(r["tasks"]["sotu-era"]["per_seed"]))
+    assert set(res["comparisons"]["tasks"]["sotu-era"]) == {"bert", "dynamicconv"}
+    md = (out / "downstream.md").read_text()
+    assert all(name in md for name in ("searched", "bert", "dynamicconv")) and (out / "downstream.png").is_file()
+    assert len(list(store.glob("*/meta.json"))) == 3
+
+    stamps = {p: p.stat().st_mtime_ns for p in store.glob("*/meta.json")}
+    code, _, err = run_cli(["study", "downstream", "--archs", "bert", "--out", str(tmp_path / "again"), *common],
+                           capsys)
+    assert code == 0, err
+    assert {p: p.stat().st_mtime_ns for p in store.glob("*/meta.json")} == stamps  # bert reused from the store
+
+
+def test_study_bad_input_is_one_line(trained, tmp_path, capsys):
+    out = tmp_path / "x"
+    code, _, err = run_cli(["study", "downstream", "--quick", "--archs", "searched,bert", "--out", str(out)], capsys)
+    assert code == 2 and "--searched" in one_error_line(err) and not out.exists()
+    code, _, err = run_cli(["study", "search", "--supernet", str(trained["run"]), "--search", "annealing",
+                            "--out", str(out)], capsys)
+    assert code == 2 and "unknown strategy annealing" in one_error_line(err) and not out.exists()
+    code, _, err = run_cli(["study", "ranking", "--supernet", str(tmp_path / "nope"), "--out", str(out)], capsys)
+    assert code == 2 and "not found" in one_error_line(err) and not out.exists()
+    code, _, err = run_cli(["study", "ranking", "--supernet", str(trained["run"]), "--archs", "2", "--out",
+                            str(out)], capsys)
+    assert code == 2 and "at least 3" in one_error_line(err) and not out.exists()
+    code, _, err = run_cli(["study", "downstream", "--quick", "--archs", "bert", "--objective", "xlnet",
+                            "--out", str(out)], capsys)
+    assert code == 2 and "unknown objective" in one_error_line(err) and not out.exists()
