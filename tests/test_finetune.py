@@ -258,6 +258,35 @@ def test_finetune_embedded_task_end_to_end_and_resume(model_dir, tmp_path, capsy
     assert code == 2 and "not empty" in one_error_line(err)
 
 
+def test_save_model_writes_a_directory_that_reproduces_the_dev_score(model_dir, tmp_path, capsys):
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from nni_lvbert.finetune.module import collate, encode
+    from nni_lvbert.finetune.tasks import load_task
+
+    out = tmp_path / "run"
+    code, _, err = run_cli(["finetune", "--model", str(model_dir), "--task", "sotu-era", "--out", str(out), *QUICK,
+                            "--max-train-examples", "16", "--epochs", "1", "--save-model"], capsys)
+    assert code == 0, err
+    meta = json.loads((out / "sotu-era" / "seed0" / "meta.json").read_text())
+    saved = out / "sotu-era" / "seed0" / "model"
+    assert meta["model"] == str(saved) and not list(saved.parent.glob(".model.*"))
+    model = AutoModelForSequenceClassification.from_pretrained(str(saved)).eval()
+    tok = AutoTokenizer.from_pretrained(str(saved))
+    task = load_task("sotu-era")
+    assert [model.config.id2label[i] for i in range(4)] == list(task.label_names)
+    rows = encode(tok, task.dev["dev"], task, 32, train=False)
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(rows), 64):
+            batch = collate(rows[i:i + 64], tok.pad_token_id, False)
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           token_type_ids=batch.get("token_type_ids")).logits
+            correct += int((logits.argmax(-1) == batch["labels"]).sum())
+    assert 100 * correct / len(rows) == pytest.approx(meta["dev"]["dev"]["acc"], abs=1e-6)
+
+
 @pytest.mark.slow
 def test_kill9_then_resume_finishes_the_run(model_dir, tmp_path, capsys):
     from tests.conftest import kill9_mid_training

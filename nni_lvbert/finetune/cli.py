@@ -34,6 +34,8 @@ def _common(p, default_out: str) -> None:
     h.add_argument("--accelerator", default=d.accelerator, help="cpu | gpu | auto (one device)")
     h.add_argument("--precision", default=None, help="32-true | bf16-mixed (default bf16-mixed on GPU)")
     h.add_argument("--num-workers", type=int, default=d.num_workers)
+    p.add_argument("--save-model", action="store_true",
+                   help="keep each fine-tuned model: OUT/<task>/seed<k>/model/ (loads with from_pretrained)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     add_resume_args(p, "skip finished task×seed runs and continue an interrupted one")
 

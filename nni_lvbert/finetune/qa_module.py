@@ -122,8 +122,6 @@ def run_qa(opts, config, tok, task: S.QATaskData, seed: int, run, resume: bool, 
             "train_seconds": result.train_seconds, "train_examples": len(train), "train_windows": len(train_rows),
             "examples_per_second": total * opts.batch_size / max(result.train_seconds, 1e-9),
             "score": final["score"], "dev": final["dev"], "history": history, "options": to_dict(ropts)}
-    run.write_json("meta.json", meta)
-    (run / "checkpoints" / "last.ckpt").unlink(missing_ok=True)
-    print(f"{label} dev score {final['score']:.2f} "
-          + " ".join(f"{d}/{k} {v:.2f}" for d, ms in final["dev"].items() for k, v in ms.items()), file=sys.stderr)
-    return meta
+    from .run import finish_run
+
+    return finish_run(run, opts, model, tok, meta, label)

@@ -2,7 +2,8 @@
 
     OUT/options.json                  the options (what --resume continues with)
     OUT/<task>/seed<k>/               a training run directory (nni_lvbert.training conventions):
-        options.json, checkpoints/last.ckpt (while running), logs/, history.json, meta.json (when finished)
+        options.json, checkpoints/last.ckpt (while running), logs/, history.json, meta.json (when finished),
+        model/ (--save-model: the fine-tuned model, `from_pretrained` loads it with its head and labels)
     OUT/results.json, results.md      median over seeds and every seed's value, per task (+ GLUE score)
 SQuAD (`--task squad|squad_v2`) runs through qa_module.run_qa with the same layout.
     OUT/dev_curve.png                 dev score per epoch, one line per seed, one panel per task
@@ -14,6 +15,7 @@ checkpoint with the very batches an uninterrupted run would see.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ from .recipe import DECAY, default_lr
 from .tasks import TaskData, load_task
 
 OPTIONS = "options.json"
+MODEL = "model"  # OUT/<task>/seed<k>/model/ with --save-model
 
 
 @dataclass
@@ -68,6 +71,7 @@ class FinetuneOptions:
     n_best: int = 20
     max_answer_length: int = 30
     null_threshold: float = 0.0  # v2.0: no answer when null score - best span score > this
+    save_model: bool = False  # write each run's fine-tuned model to OUT/<task>/seed<k>/model/
     given: list[str] | None = field(default=None, compare=False)
 
 
@@ -242,8 +246,42 @@ def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path:
             "train_seconds": result.train_seconds, "train_examples": len(train_rows),
             "examples_per_second": total * opts.batch_size / max(result.train_seconds, 1e-9),
             "score": final["score"], "dev": final["dev"], "history": history, "options": to_dict(ropts)}
+    return finish_run(run, opts, model, tok, meta, label)
+
+
+def finish_run(run: RunDir, opts: FinetuneOptions, model, tok, meta: dict, label: str) -> dict:
+    """The end of a task x seed run: the fine-tuned model (--save-model), then meta.json (marks it finished)."""
+    if opts.save_model:
+        meta["model"] = str(save_finetuned(model, tok, opts.model, run / MODEL, meta))
     run.write_json("meta.json", meta)
     (run / "checkpoints" / "last.ckpt").unlink(missing_ok=True)  # finished: meta.json marks it; free the space
-    print(f"{label} dev score {final['score']:.2f} "
-          + " ".join(f"{d}/{k} {v:.2f}" for d, ms in final["dev"].items() for k, v in ms.items()), file=sys.stderr)
+    print(f"{label} dev score {meta['score']:.2f} "
+          + " ".join(f"{d}/{k} {v:.2f}" for d, ms in meta["dev"].items() for k, v in ms.items()), file=sys.stderr)
     return meta
+
+
+def save_finetuned(model, tok, source: str, out: Path, meta: dict) -> Path:
+    """The fine-tuned model as a model directory `from_pretrained` loads (with its head, labels and tokenizer):
+    LV-BERT models through `hf.save_hf_model` (bundled code included), others through `save_pretrained`."""
+    from ..hf.modeling_lvbert import LVBertPreTrainedModel
+
+    model.eval()
+    provenance = {"source": "finetune", "base_model": str(Path(source).resolve()), "task": meta["task"],
+                  "seed": meta["seed"], "steps": meta["steps"], "dev_score": meta["score"]}
+    if isinstance(model, LVBertPreTrainedModel):
+        from ..hf import save_hf_model
+
+        return save_hf_model(model, tokenizer_dir=source, out_dir=out, overwrite=True, provenance=provenance)
+    import tempfile
+
+    shutil.rmtree(out, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        write_json_atomic(tmp / "finetune.json", provenance)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
