@@ -28,11 +28,14 @@ class Embeddings(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.project = nn.Linear(e, cfg.hidden_size) if e != cfg.hidden_size else nn.Identity()
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        n = input_ids.shape[1]
+    def forward(self, input_ids: torch.Tensor | None, token_type_ids: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        """`inputs_embeds` (batch, seq, E) stands for `self.word(input_ids)` when given (transformers' convention)."""
+        words = self.word(input_ids) if inputs_embeds is None else inputs_embeds
+        n = words.shape[1]
         if n > self.position.num_embeddings:  # the CLI refuses such data first (data.tokenizer.check_max_length)
             raise ValueError(f"sequence length {n} exceeds the position table ({self.position.num_embeddings})")
-        x = self.word(input_ids) + self.position.weight[:n]
+        x = words + self.position.weight[:n]
         x = x + (self.segment(token_type_ids) if token_type_ids is not None else self.segment.weight[0])
         return self.project(self.dropout(self.norm(x)))
 

@@ -41,7 +41,7 @@ class LVBertPreTrainedModel(PreTrainedModel):
 
     config_class = LVBertConfig
     base_model_prefix = "lvbert"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True  # per slot (`gradient_checkpointing_enable()`)
     _no_split_modules = ["Embeddings", "SelfAttention", "DynamicConv", "FeedForward", "GLUFeedForward"]
 
     @torch.no_grad()
@@ -80,6 +80,7 @@ class LVBertModel(LVBertPreTrainedModel):
             self.shared = nn.ModuleDict({t: build_layer(t, config) for t in dict.fromkeys(self.layer_types)})
         else:
             self.layers = nn.ModuleList(build_layer(t, config) for t in self.layer_types)
+        self.gradient_checkpointing = False  # set by transformers' gradient_checkpointing_enable()
         self.post_init()
 
     def slots(self) -> list[nn.Module]:
@@ -95,17 +96,22 @@ class LVBertModel(LVBertPreTrainedModel):
         self.embeddings.word = value
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, output_hidden_states=None,
-                return_dict=None, **kwargs):
-        """attention_mask: 1 at real tokens (padding never reaches them); no causal mask, no cache."""
-        if input_ids is None:
-            raise ValueError("LVBertModel needs input_ids (inputs_embeds is not supported)")
+                return_dict=None, inputs_embeds=None, output_attentions=None, **kwargs):
+        """attention_mask: 1 at real tokens (padding never reaches them); no causal mask, no cache. `inputs_embeds`
+        (batch, seq, embedding_size) replaces the word-embedding lookup."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("give exactly one of input_ids and inputs_embeds")
+        if output_attentions:
+            raise ValueError("LV-BERT's attention runs fused (scaled_dot_product_attention) and does not return "
+                             "attention weights; output_attentions is not supported")
         output_hidden_states = (output_hidden_states if output_hidden_states is not None
                                 else self.config.output_hidden_states)
         mask = attention_mask.bool() if attention_mask is not None else None
-        x = self.embeddings(input_ids, token_type_ids)
+        x = self.embeddings(input_ids, token_type_ids, inputs_embeds=inputs_embeds)
         states = [x] if output_hidden_states else None
+        checkpoint = self.gradient_checkpointing and self.training
         for layer in self.slots():
-            x = layer(x, mask)
+            x = self._gradient_checkpointing_func(layer.__call__, x, mask) if checkpoint else layer(x, mask)
             if states is not None:
                 states.append(x)
         out = BaseModelOutput(last_hidden_state=x, hidden_states=tuple(states) if states else None)
@@ -140,9 +146,22 @@ class LVBertForMaskedLM(LVBertPreTrainedModel):
         self.head.decoder = new_embeddings
         self.head.word = [new_embeddings]
 
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        """transformers' resize (word embedding, tied decoder, config.vocab_size), plus the MLM output bias: kept
+        for the tokens that remain, zero for new ones."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        n, old = embeddings.num_embeddings, self.head.bias
+        if old.shape[0] != n:
+            bias = old.detach().new_zeros(n)
+            bias[:min(n, old.shape[0])] = old.detach()[:n]
+            self.head.bias = nn.Parameter(bias)
+        self.head.decoder.out_features = n
+        return embeddings
+
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None,
-                output_hidden_states=None, return_dict=None, **kwargs):
-        out = self.lvbert(input_ids, attention_mask, token_type_ids, output_hidden_states, return_dict=True)
+                output_hidden_states=None, return_dict=None, inputs_embeds=None, output_attentions=None, **kwargs):
+        out = self.lvbert(input_ids, attention_mask, token_type_ids, output_hidden_states, return_dict=True,
+                          inputs_embeds=inputs_embeds, output_attentions=output_attentions)
         logits = self.head(out.last_hidden_state)
         loss = None
         if labels is not None:
@@ -183,8 +202,9 @@ class LVBertForPreTraining(LVBertPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None,
-                output_hidden_states=None, return_dict=None, **kwargs):
-        out = self.lvbert(input_ids, attention_mask, token_type_ids, output_hidden_states, return_dict=True)
+                output_hidden_states=None, return_dict=None, inputs_embeds=None, output_attentions=None, **kwargs):
+        out = self.lvbert(input_ids, attention_mask, token_type_ids, output_hidden_states, return_dict=True,
+                          inputs_embeds=inputs_embeds, output_attentions=output_attentions)
         logits = self.discriminator_predictions(out.last_hidden_state)
         loss = None
         if labels is not None:
@@ -206,8 +226,9 @@ class LVBertForSequenceClassification(LVBertPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None,
-                output_hidden_states=None, return_dict=None, **kwargs):
-        out = self.lvbert(input_ids, attention_mask, token_type_ids, output_hidden_states, return_dict=True)
+                output_hidden_states=None, return_dict=None, inputs_embeds=None, output_attentions=None, **kwargs):
+        out = self.lvbert(input_ids, attention_mask, token_type_ids, output_hidden_states, return_dict=True,
+                          inputs_embeds=inputs_embeds, output_attentions=output_attentions)
         logits = self.classifier(self.dropout(out.last_hidden_state[:, 0]))
         loss = None if labels is None else self._loss(logits, labels)
         return _output(SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states),
@@ -243,8 +264,9 @@ class LVBertForTokenClassification(LVBertPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None,
-                output_hidden_states=None, return_dict=None, **kwargs):
-        out = self.lvbert(input_ids, attention_mask, token_type_ids, output_hidden_states, return_dict=True)
+                output_hidden_states=None, return_dict=None, inputs_embeds=None, output_attentions=None, **kwargs):
+        out = self.lvbert(input_ids, attention_mask, token_type_ids, output_hidden_states, return_dict=True,
+                          inputs_embeds=inputs_embeds, output_attentions=output_attentions)
         logits = self.classifier(self.dropout(out.last_hidden_state))
         loss = None
         if labels is not None:
@@ -264,8 +286,10 @@ class LVBertForQuestionAnswering(LVBertPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, start_positions=None,
-                end_positions=None, output_hidden_states=None, return_dict=None, **kwargs):
-        out = self.lvbert(input_ids, attention_mask, token_type_ids, output_hidden_states, return_dict=True)
+                end_positions=None, output_hidden_states=None, return_dict=None, inputs_embeds=None,
+                output_attentions=None, **kwargs):
+        out = self.lvbert(input_ids, attention_mask, token_type_ids, output_hidden_states, return_dict=True,
+                          inputs_embeds=inputs_embeds, output_attentions=output_attentions)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in self.qa_outputs(out.last_hidden_state)
                                     .split(1, dim=-1))
         loss = None
