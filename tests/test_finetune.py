@@ -293,7 +293,7 @@ def test_kill9_then_resume_finishes_the_run(model_dir, tmp_path, capsys):
 
     out = tmp_path / "run"
     args = ["finetune", "--model", str(model_dir), "--task", "sotu-era", "--out", str(out), *QUICK,
-            "--max-train-examples", "32", "--epochs", "3", "--ckpt-every", "1"]
+            "--max-train-examples", "32", "--epochs", "3", "--ckpt-every", "1", "--save-model"]
     killed = kill9_mid_training(args, out / "sotu-era/seed0/checkpoints/last.ckpt", 3, 9)
     assert killed is not None and not (out / "results.json").exists()
     code, _, err = run_cli(["finetune", "--out", str(out), "--resume", "--no-progress"], capsys)
@@ -301,6 +301,15 @@ def test_kill9_then_resume_finishes_the_run(model_dir, tmp_path, capsys):
     meta = json.loads((out / "sotu-era/seed0/meta.json").read_text())
     assert meta["steps"] == 12 and [h["epoch"] for h in meta["history"]] == [1.0, 2.0, 3.0]
     assert (out / "results.json").exists()
+    # the resumed run is the uninterrupted run: same dev curve, same weights (dropout is seeded per step)
+    from safetensors.torch import load_file
+
+    whole = tmp_path / "whole"
+    code, _, err = run_cli([a if a != str(out) else str(whole) for a in args], capsys)
+    assert code == 0, err
+    assert json.loads((whole / "sotu-era/seed0/meta.json").read_text())["history"] == meta["history"]
+    a, b = (load_file(d / "sotu-era/seed0/model/model.safetensors") for d in (out, whole))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_bad_inputs_are_one_line_and_write_nothing(model_dir, tmp_path, capsys):

@@ -72,12 +72,17 @@ class FinetuneData(pl.LightningDataModule):
                 for rows in self.dev_rows.values()]
 
 
+STEP_STREAM = 5  # batch_seed stream of the per-step dropout seeds (pre-training uses 0-4)
+
+
 class FinetuneModule(pl.LightningModule):
     """Wraps a transformers sequence-classification model; validates every dev set, keeps the curve."""
 
     def __init__(self, model, task, dev_names: list[str], lr: float, total_steps: int, warmup_fraction: float,
-                 weight_decay: float, layer_decay: float, adam_eps: float, steps_per_epoch: int, history_path=None):
+                 weight_decay: float, layer_decay: float, adam_eps: float, steps_per_epoch: int, history_path=None,
+                 seed: int = 0):
         super().__init__()
+        self.seed = seed
         self.model, self.task, self.dev_names = model, task, dev_names
         self.model.train()  # from_pretrained returns eval mode: dropout must be on while training
         self.hp = dict(lr=lr, total_steps=total_steps, warmup_fraction=warmup_fraction, weight_decay=weight_decay,
@@ -90,6 +95,13 @@ class FinetuneModule(pl.LightningModule):
 
     def forward(self, batch):
         return self.model(**batch)
+
+    def on_train_batch_start(self, batch, batch_idx):
+        """Dropout is a function of (seed, step, rank): a resumed run continues exactly as an uninterrupted one
+        (as pre-training; the batches are already a function of (seed, epoch))."""
+        from ..data.resumable import batch_seed
+
+        torch.manual_seed(batch_seed(self.seed, self.trainer.global_step, self.trainer.global_rank, STEP_STREAM))
 
     def training_step(self, batch, batch_idx):
         loss = self.model(**batch).loss

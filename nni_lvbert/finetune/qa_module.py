@@ -111,7 +111,7 @@ def run_qa(opts, config, tok, task: S.QATaskData, seed: int, run, resume: bool, 
     module = QAModule(model, task, dev_features, post, lr=ropts.lr, total_steps=total,
                       warmup_fraction=opts.warmup_fraction, weight_decay=opts.weight_decay,
                       layer_decay=opts.layer_decay, adam_eps=opts.adam_eps, steps_per_epoch=spe,
-                      history_path=run / "history.json")
+                      history_path=run / "history.json", seed=seed)
     result = fit(run, ropts, module, dm)
     history = module.history
     if not history or history[-1]["step"] != total:

@@ -235,7 +235,7 @@ def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path:
     finally:
         hf_logging.set_verbosity(verbosity)
     module = FinetuneModule(model, task, list(dev_rows), ropts.lr, total, opts.warmup_fraction, opts.weight_decay,
-                            opts.layer_decay, opts.adam_eps, spe, history_path=run / "history.json")
+                            opts.layer_decay, opts.adam_eps, spe, history_path=run / "history.json", seed=seed)
     result = fit(run, ropts, module, dm)
     history = module.history
     if not history or history[-1]["step"] != total:  # the last step was not a validation step
