@@ -97,7 +97,10 @@ def model_shape(opts: PretrainOptions):
     if opts.model_config is None:
         return load_size(opts.size, **overrides)
     values = read_json(Path(opts.model_config), "--model-config file")
-    return ModelConfig.from_dict({**values, **{k: v for k, v in overrides.items() if v is not None}})
+    try:
+        return ModelConfig.from_dict({**values, **{k: v for k, v in overrides.items() if v is not None}})
+    except (UserError, TypeError, ValueError) as exc:
+        raise UserError(f"--model-config {opts.model_config}: {exc}") from None
 
 
 def validation_callback(history: list):
