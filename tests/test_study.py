@@ -131,6 +131,10 @@ def test_search_study_quick(trained, tmp_path, capsys):
         assert best["seed"] == seed and best["budget"] == 18
         assert best["score"] == max(r["best_per_seed"][seed] for r in res["results"].values())
     assert (out / "search_study.png").is_file() and "wins" in (out / "search_study.md").read_text()
+    (out / "search_study.json").unlink()  # as if killed before the end: the seeds are done, the summary is not
+    code, _, err = run_cli(["study", "search", "--out", str(out), "--resume", "--no-progress"], capsys)
+    assert code == 0, err
+    assert err.count("(done)") == 2 and json.loads((out / "search_study.json").read_text()) == res
 
 
 @pytest.mark.slow
@@ -151,6 +155,10 @@ def test_downstream_quick_and_model_store_reuse(trained, tmp_path, capsys):
     md = (out / "downstream.md").read_text()
     assert all(name in md for name in ("searched", "bert", "dynamicconv")) and (out / "downstream.png").is_file()
     assert len(list(store.glob("*/meta.json"))) == 3
+    (out / "downstream.json").unlink()
+    code, _, err = run_cli(["study", "downstream", "--out", str(out), "--resume", "--no-progress"], capsys)
+    assert code == 0, err
+    assert json.loads((out / "downstream.json").read_text()) == res and "finished earlier" not in err
 
     stamps = {p: p.stat().st_mtime_ns for p in store.glob("*/meta.json")}
     code, _, err = run_cli(["study", "downstream", "--archs", "bert", "--out", str(tmp_path / "again"), *common],
