@@ -55,6 +55,33 @@ def test_pick_spreads_over_the_score_range():
     assert _pick(pool, 100) == [a for a, _ in pool]
 
 
+def test_a_model_being_trained_by_another_study_is_waited_for_not_trained_twice(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from nni_lvbert.study import common
+    from nni_lvbert.study.common import Budget, Standalone, store_lock, train_standalone
+
+    spec = Standalone(arch="sfsf", objective="mlm", size="tiny", model_config={}, budget=Budget(1, 1e-3, 0, 1),
+                      data=str(tmp_path), seed=0, data_seed=0)
+    path = tmp_path / spec.dirname()
+    held = threading.Event()
+
+    def other_study():
+        with store_lock(tmp_path / f".{spec.dirname()}.lock"):
+            held.set()
+            time.sleep(0.5)
+            path.mkdir()
+            (path / "meta.json").write_text("{}")
+
+    monkeypatch.setattr(common, "_train", lambda *a: pytest.fail("trained a model another study had finished"))
+    thread = threading.Thread(target=other_study)
+    thread.start()
+    held.wait(5)
+    assert train_standalone(spec, tmp_path) == path
+    thread.join()
+
+
 def test_search_summary_counts_wins_and_ties():
     def seed(e, r, q):
         return {"evolution": {"best": e, "best_arch": "a", "top10": [e - 0.1, e]},

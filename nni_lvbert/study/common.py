@@ -11,6 +11,7 @@ A study directory:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -139,13 +140,38 @@ class Standalone:
 
 def train_standalone(spec: Standalone, store: Path, progress: bool = True) -> Path:
     """Pre-train `spec` from scratch into the store (skipped when finished, resumed when interrupted)."""
-    from ..pretrain.train import PretrainOptions, train_pretrain
-
     path = store / spec.dirname()
     if (path / META).is_file():
         return path
-    resume = (path / CHECKPOINT).is_file() and (path / OPTIONS).is_file()
     store.mkdir(parents=True, exist_ok=True)
+    with store_lock(store / f".{spec.dirname()}.lock"):  # another study sharing the store may be training it
+        if (path / META).is_file():
+            return path
+        _train(spec, path, store, progress)
+    return path
+
+
+@contextlib.contextmanager
+def store_lock(path: Path):
+    """An exclusive lock (flock: released when the holder exits, even by kill -9), so studies running side by side
+    on one model store train each model once; waits while another process holds it."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): one study per store at a time
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _train(spec: Standalone, path: Path, store: Path, progress: bool) -> None:
+    from ..pretrain.train import PretrainOptions, train_pretrain
+
+    resume = (path / CHECKPOINT).is_file() and (path / OPTIONS).is_file()
     config = store / f".{spec.dirname()}.model_config.json"
     write_json_atomic(config, spec.model_config)
     b = spec.budget
@@ -156,7 +182,6 @@ def train_standalone(spec: Standalone, store: Path, progress: bool = True) -> Pa
         ckpt_every=max(1, min(250, b.steps // 4)), progress=progress, resume=resume,
         overwrite=not resume and path.exists(), accelerator="cpu" if _cpu_only() else "auto")
     train_pretrain(opts)
-    return path
 
 
 def _cpu_only() -> bool:
