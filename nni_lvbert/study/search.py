@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
-from ..rundir import write_json_atomic, write_text_atomic
+from ..rundir import read_json, write_json_atomic, write_text_atomic
 from .common import StudyOptions, begin, log, markdown_table, pyplot, save_figure, start
 
 RESULT = "search_study.json"
@@ -71,8 +71,9 @@ def run_search_study(opts: SearchStudyOptions) -> dict:
                                      progress=opts.progress), log=log)
         per_seed[seed] = _read_seed(seed_dir, opts.strategies, cfg)
     result = summarize(per_seed, opts.strategies, cfg)
+    scorer = read_json(out / "seed0" / "search.json").get("scorer", {})
     result.update(study="search", supernet=str(Path(opts.supernet).resolve()), val_tokens=val_tokens,
-                  evolution=cfg.to_dict(), budget=cfg.budget)
+                  masked_tokens=scorer.get("val_masked_tokens"), evolution=cfg.to_dict(), budget=cfg.budget)
     _report(result, out)
     write_json_atomic(out / RESULT, result)
     return result
@@ -133,7 +134,9 @@ def _report(result: dict, out: Path) -> None:
                      "—" if d is None else f"{d['mean']:+.4f} ({d[f'{ref}_better']} of {result['seeds']} seeds)"])
     md = [f"# Search strategies at equal budget ({result['budget']} evaluations, {result['seeds']} seeds)\n",
           f"Supernet `{result['supernet']}`; every candidate scored with inherited weights on the first "
-          f"{result['val_tokens']} validation tokens.\n",
+          f"{result['val_tokens']} validation tokens ({result.get('masked_tokens')} masked: one token = "
+          f"{1 / max(1, result.get('masked_tokens') or 1):.5f} of accuracy). Wins: the seeds in which a strategy "
+          "found the best score (a tie is split between the tied strategies).\n",
           markdown_table(["strategy", "wins", "best (mean ± sd)", "best per seed", "top-10 mean at end",
                           f"{ref} − this"], rows)]
     write_text_atomic(out / "search_study.md", "\n".join(md))
