@@ -174,10 +174,10 @@ def _report(result: dict, out: Path) -> None:
     if named:
         ax.scatter([r["inherited"] for r in named], [r["standalone"] for r in named], marker="s", s=36,
                    label="baselines", zorder=3)
-    for r in rows:
-        if r["role"] != "spread":
-            ax.annotate(r["role"], (r["inherited"], r["standalone"]), fontsize=8, xytext=(4, 3),
-                        textcoords="offset points")
+    labelled = sorted((r for r in rows if r["role"] != "spread"), key=lambda r: r["inherited"])
+    for i, r in enumerate(labelled):  # alternate above/below so neighbours do not overprint
+        ax.annotate(r["role"], (r["inherited"], r["standalone"]), fontsize=8, xytext=(5, 5 if i % 2 else -11),
+                    textcoords="offset points")
     ax.set_xlabel("inherited-weight MLM accuracy (supernet)")
     ax.set_ylabel("stand-alone MLM accuracy")
     ax.set_title(f"Kendall τ = {_num(result['kendall_tau'])} {_ci(result['kendall_tau_ci95'])}, "
