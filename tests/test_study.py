@@ -40,8 +40,9 @@ def test_rank_correlations_are_scipys_with_bootstrap_intervals():
         assert -1 <= lo <= hi <= 1
     assert r["kendall_tau_ci95"][0] > 0  # strongly related pairs: the interval excludes 0
     assert rank_correlations(x, y, resamples=300, seed=1) == r  # seeded
-    flat = rank_correlations(x, np.zeros(14))
-    assert flat["kendall_tau"] is None and flat["undefined"]
+    for constant in (np.zeros(14), [0.053136637066743056] * 14):  # the second: numpy's std of it is not 0
+        flat = rank_correlations(x, constant)
+        assert flat["kendall_tau"] is None and flat["spearman_rho"] is None and flat["undefined"]
     with pytest.raises(Exception, match="at least 3"):
         rank_correlations([1, 2], [2, 1])
 

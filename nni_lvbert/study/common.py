@@ -17,6 +17,7 @@ import hashlib
 import json
 import shutil
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -241,10 +242,13 @@ def rank_correlations(x, y, resamples: int = 2000, seed: int = 0) -> dict:
         raise UserError(f"rank correlations need at least 3 architectures, got {len(x)}")
     out = {"n": int(len(x)), "kendall_tau": None, "spearman_rho": None, "kendall_tau_ci95": None,
            "spearman_rho_ci95": None, "bootstrap_resamples": 0}
-    if x.std() == 0 or y.std() == 0:  # every model scored alike: no ranking to compare (too short a budget?)
-        out["undefined"] = "constant scores on one side"
+    with warnings.catch_warnings():  # scipy warns on constant input; that case is reported as undefined below
+        warnings.simplefilter("ignore")
+        tau, rho = float(kendalltau(x, y).statistic), float(spearmanr(x, y).statistic)
+    if len(np.unique(x)) < 2 or len(np.unique(y)) < 2 or not (np.isfinite(tau) and np.isfinite(rho)):
+        out["undefined"] = "constant scores on one side"  # every model scored alike (too short a budget?)
         return out
-    out.update(kendall_tau=float(kendalltau(x, y).statistic), spearman_rho=float(spearmanr(x, y).statistic))
+    out.update(kendall_tau=tau, spearman_rho=rho)
     rng = np.random.default_rng(seed)
     taus, rhos = [], []
     for _ in range(resamples):
