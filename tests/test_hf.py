@@ -85,7 +85,8 @@ def test_hf_masked_lm_equals_project_model(sharing):
     with torch.no_grad():
         ref = project(ids, mask, types, labels=labels, only_masked=False)
         got = hf(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels)
-    torch.testing.assert_close(got.logits, ref.logits, atol=1e-6, rtol=0)
+    real = mask.bool()  # the HF model skips padding (its hidden states are 0 there); the project model does not
+    torch.testing.assert_close(got.logits[real], ref.logits[real], atol=1e-6, rtol=0)
     torch.testing.assert_close(got.loss, ref.loss, atol=1e-6, rtol=0)
     back = to_project_model(hf)
     with torch.no_grad():
@@ -232,8 +233,9 @@ def test_save_hf_model_writes_a_loadable_directory(tiny, tmp_path):
     assert type(loaded) is LVBertForMaskedLM
     ids, mask, types = batch(tiny["data"].vocab_size)
     with torch.no_grad():
-        torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask, token_type_ids=types).logits,
-                                   project(ids, mask, types).logits, atol=1e-6, rtol=0)
+        real = mask.bool()  # the HF model skips padding, the project model does not
+        torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask, token_type_ids=types).logits[real],
+                                   project(ids, mask, types).logits[real], atol=1e-6, rtol=0)
     # a state dict in the project's names writes the same weights
     again = save_hf_model(project.state_dict(), cfg, project.arch, tiny["tokenizer"], tmp_path / "s")
     assert (again / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
@@ -280,7 +282,8 @@ def test_export_round_trips_the_subnet_exactly(tiny, tmp_path, capsys):
     with torch.no_grad():
         ref = subnet.eval()(ids, mask, types).logits
         got = loaded(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
-    torch.testing.assert_close(got, ref, atol=1e-6, rtol=0)
+    real = mask.bool()  # the HF model skips padding, the supernet's subnet does not
+    torch.testing.assert_close(got[real], ref[real], atol=1e-6, rtol=0)
 
 
 def test_export_fill_mask_pipeline(tiny, tmp_path, capsys):
@@ -375,7 +378,8 @@ ref = torch.load({ref!r})
 model = AutoModelForMaskedLM.from_pretrained({model!r}{trust})
 with torch.no_grad():
     got = model(input_ids=ref["ids"], attention_mask=ref["mask"], token_type_ids=ref["types"]).logits
-torch.testing.assert_close(got, ref["logits"], atol=1e-6, rtol=0)
+real = ref["mask"].bool()  # the HF model skips padding, the supernet's subnet does not
+torch.testing.assert_close(got[real], ref["logits"][real], atol=1e-6, rtol=0)
 print(type(model).__module__, type(AutoConfig.from_pretrained({model!r}{trust})).__name__)
 """
 
@@ -407,3 +411,19 @@ def test_trust_remote_code_without_nni_lvbert(saved):
             "try:\n    import nni_lvbert\nexcept ImportError:\n    print('blocked')\n")
     out = _python(block + check + fill, saved, HF_MODULES_CACHE=str(saved / "modules")).split()
     assert out[0].startswith("transformers_modules.") and out[1:] == ["LVBertConfig", "5", "blocked"]
+
+
+@pytest.mark.parametrize("arch", ["csfgcsfg", "sfsf"])
+def test_padded_batch_equals_each_sequence_alone(arch):
+    """The HF model skips padding (packed real tokens): every sequence of a padded batch gets the hidden states it
+    gets alone, unpadded; the padding positions are 0."""
+    model = LVBertModel(hf_config(tiny_config(), arch)).eval()
+    ids, mask, types = batch(b=3, n=12)
+    mask[2, 5:] = 0
+    with torch.no_grad():
+        out = model(ids, mask, types).last_hidden_state
+        for i in range(3):
+            n = int(mask[i].sum())
+            alone = model(ids[i:i + 1, :n], mask[i:i + 1, :n], types[i:i + 1, :n]).last_hidden_state
+            torch.testing.assert_close(out[i:i + 1, :n], alone, atol=1e-5, rtol=1e-5)
+    assert out[~mask.bool()].abs().max() == 0

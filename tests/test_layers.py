@@ -163,3 +163,29 @@ def test_dropout_zero_is_deterministic_in_train_mode():
     for t in TYPES:
         layer = build_layer(t, cfg).train()
         torch.testing.assert_close(layer(x), layer(x))
+
+
+@pytest.mark.parametrize("layer_type", TYPES)
+def test_packed_rows_equal_the_padded_layout(cfg, layer_type):
+    """With `rows` a layer runs on the real tokens only (layers/rows.py): outputs and every gradient equal the padded
+    layout's at real positions, whatever the padding holds."""
+    from nni_lvbert.layers import TokenRows
+
+    layer = build_layer(layer_type, cfg).eval()
+    x, mask = padded_batch(cfg, [13, 4, 9], 13)
+    x[~mask] = 100 * torch.randn(int((~mask).sum()), cfg.hidden_size)
+    rows = TokenRows.of(mask)
+    assert rows.index.numel() == 26 and TokenRows.of(torch.ones_like(mask)) is None and TokenRows.of(None) is None
+    results = []
+    for packed in (False, True):
+        layer.zero_grad()
+        inp = x.clone().requires_grad_(True)
+        y = rows.unpack(layer(rows.pack(inp), mask, rows)) if packed else layer(inp, mask)
+        assert packed or y.shape == x.shape
+        (y[mask] * torch.linspace(-1, 1, y[mask].numel()).view_as(y[mask])).sum().backward()
+        results.append((y[mask].detach(), inp.grad[mask], {n: p.grad.clone() for n, p in layer.named_parameters()}))
+    (y0, g0, p0), (y1, g1, p1) = results
+    torch.testing.assert_close(y1, y0, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(g1, g0, atol=1e-5, rtol=1e-5)
+    for name in p0:
+        torch.testing.assert_close(p1[name], p0[name], atol=1e-5, rtol=1e-4, msg=name)

@@ -76,9 +76,10 @@ def test_electra_run_outputs_and_hf_directories(electra_run):
     assert disc.config.layer_types == ["dc", "sa", "ff", "glu", "sa", "ff"] and gen.config.hidden_size == 16
     batch = batch_for(cfg)
     args = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    real = args[1].bool()  # the HF models skip padding (layers/rows.py), the project's do not: real tokens only
     with torch.no_grad():
-        assert torch.equal(disc(*args).logits, model.disc_head(model.discriminator.encode(*args)))
-        assert torch.equal(gen(*args).logits, model.generator.head(model.generator.encode(*args)))
+        close(disc(*args).logits[real], model.disc_head(model.discriminator.encode(*args))[real])
+        close(gen(*args).logits[real], model.generator.head(model.generator.encode(*args))[real])
     roles = [json.loads((electra_run / d / "lvbert.json").read_text())["role"] for d in ("hf", "hf-generator")]
     assert "discriminator" in roles[0] and "generator" in roles[1]
 
@@ -97,8 +98,14 @@ def test_mlm_run_with_type_sharing(tmp_path, cache_dir):
     assert hf.config.sharing == "type"
     batch = batch_for(cfg)
     args = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    real = args[1].bool()
     with torch.no_grad():
-        assert torch.equal(hf(*args).logits, model.mlm(*args).logits)
+        close(hf(*args).logits[real], model.mlm(*args).logits[real])
+
+
+def close(got, ref):
+    """Equal up to float rounding: packed real tokens may go through other matmul blockings than the padded batch."""
+    torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-6)
 
 
 def one_error(capsys) -> str:

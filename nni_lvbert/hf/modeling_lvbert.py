@@ -31,7 +31,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils import ModelOutput
 
-from ..layers import build_layer
+from ..layers import TokenRows, build_layer
 from ..modeling import Embeddings, MLMHead
 from .configuration_lvbert import LVBertConfig
 
@@ -97,8 +97,9 @@ class LVBertModel(LVBertPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, output_hidden_states=None,
                 return_dict=None, inputs_embeds=None, output_attentions=None, **kwargs):
-        """attention_mask: 1 at real tokens (padding never reaches them); no causal mask, no cache. `inputs_embeds`
-        (batch, seq, embedding_size) replaces the word-embedding lookup."""
+        """attention_mask: 1 at real tokens (padding never reaches them; the layers skip it, and their hidden states
+        are 0 there); no causal mask, no cache. `inputs_embeds` (batch, seq, embedding_size) replaces the
+        word-embedding lookup."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids and inputs_embeds")
         if output_attentions:
@@ -109,12 +110,19 @@ class LVBertModel(LVBertPreTrainedModel):
         mask = attention_mask.bool() if attention_mask is not None else None
         x = self.embeddings(input_ids, token_type_ids, inputs_embeds=inputs_embeds)
         states = [x] if output_hidden_states else None
+        rows = TokenRows.of(mask)  # padded batch: the layers run on its real tokens only (layers/rows.py)
+        if rows is not None:
+            x = rows.pack(x)
         checkpoint = self.gradient_checkpointing and self.training
         for layer in self.slots():
-            x = self._gradient_checkpointing_func(layer.__call__, x, mask) if checkpoint else layer(x, mask)
+            if checkpoint:
+                x = self._gradient_checkpointing_func(layer.__call__, x, mask, rows)
+            else:
+                x = layer(x, mask, rows)
             if states is not None:
-                states.append(x)
-        out = BaseModelOutput(last_hidden_state=x, hidden_states=tuple(states) if states else None)
+                states.append(x if rows is None else rows.unpack(x))
+        last = x if rows is None else states[-1] if states else rows.unpack(x)
+        out = BaseModelOutput(last_hidden_state=last, hidden_states=tuple(states) if states else None)
         return out if _return_dict(self.config, return_dict) else out.to_tuple()
 
 

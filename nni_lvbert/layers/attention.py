@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from .rows import TokenRows, to_rows, to_seq
 
 
 def sdpa_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -30,15 +31,19 @@ class SelfAttention(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm = nn.LayerNorm(h, eps=cfg.layer_norm_eps)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        b, n, h = x.shape
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                rows: TokenRows | None = None) -> torch.Tensor:
+        """x: (batch, seq, hidden), or the packed real tokens (n_real, hidden) with `rows` (see rows.py): the
+        projections then run on real tokens only, and only the attention itself on (batch, seq)."""
+        q, k, v = (to_seq(f(x), rows) for f in (self.query, self.key, self.value))
+        b, n, h = q.shape
         heads = lambda t: t.view(b, n, self.num_heads, h // self.num_heads).transpose(1, 2)  # noqa: E731
         y = F.scaled_dot_product_attention(
-            heads(self.query(x)),
-            heads(self.key(x)),
-            heads(self.value(x)),
-            attn_mask=sdpa_mask(mask),
+            heads(q),
+            heads(k),
+            heads(v),
+            attn_mask=sdpa_mask(mask if rows is None else rows.mask),
             dropout_p=self.attention_dropout if self.training else 0.0,
         )
-        y = y.transpose(1, 2).reshape(b, n, h)
+        y = to_rows(y.transpose(1, 2).reshape(b, n, h), rows)
         return self.norm(x + self.dropout(self.out(y)))

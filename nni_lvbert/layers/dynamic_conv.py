@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from .rows import TokenRows, to_rows, to_seq
 
 
 def lightweight_conv(v: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
@@ -43,12 +44,15 @@ class DynamicConv(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm = nn.LayerNorm(c, eps=cfg.layer_norm_eps)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        b, n, _ = x.shape
-        v = self.value(x) * torch.sigmoid(self.gate(x))
-        if mask is not None:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                rows: TokenRows | None = None) -> torch.Tensor:
+        """x: (batch, seq, hidden), or the packed real tokens (n_real, hidden) with `rows` (see rows.py): the
+        per-token maps then run on real tokens only, and only the two convolutions on (batch, seq)."""
+        v = to_seq(self.value(x) * torch.sigmoid(self.gate(x)), rows)  # (batch, seq, c), zeros at padding if packed
+        if mask is not None and rows is None:
             v = v * mask.unsqueeze(-1).to(v.dtype)
-        s = self.pointwise(self.depthwise(v.transpose(1, 2)).transpose(1, 2))
-        kernels = self.kernel(s).view(b, n, self.heads, self.k).softmax(dim=-1)
-        y = lightweight_conv(v, kernels)
-        return self.norm(x + self.dropout(self.out(y)))
+        b, n, _ = v.shape
+        s = self.pointwise(to_rows(self.depthwise(v.transpose(1, 2)).transpose(1, 2), rows))
+        kernels = self.kernel(s).unflatten(-1, (self.heads, self.k)).softmax(dim=-1)
+        y = lightweight_conv(v, to_seq(kernels, rows).view(b, n, self.heads, self.k))
+        return self.norm(x + self.dropout(self.out(to_rows(y, rows))))

@@ -28,7 +28,8 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, rows=None) -> torch.Tensor:
+        """Per token: x may be (batch, seq, hidden) or packed real tokens (n_real, hidden) (`rows`, see rows.py)."""
         return self.norm(x + self.dropout(self.fc2(F.gelu(self.fc1(x)))))
 
 
@@ -45,5 +46,6 @@ class GLUFeedForward(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, rows=None) -> torch.Tensor:
+        """Per token: x may be (batch, seq, hidden) or packed real tokens (n_real, hidden) (`rows`, see rows.py)."""
         return self.norm(x + self.dropout(self.down(self.act(self.gate(x)) * self.up(x))))
