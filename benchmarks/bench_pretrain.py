@@ -8,15 +8,17 @@ segment embeddings and embedding LayerNorm, own E->H projections; the same ELECT
 dropout 0.1. The transformers pair is what its model classes give: the generator computes logits (and the loss) at
 every position, ours only at the masked ones.
 
-Each side runs in its own process (its own peak RSS), interleaved over --rounds (noise hits every side alike); the
-median step time of the best round is kept. Prints one JSON object with the ratios side by side.
-    python benchmarks/bench_pretrain.py [--size small] [--batch 32] [--seq 128] [--steps 3] [--rounds 2] [--threads 2]
+Step times: the three sides live in one process and their training steps alternate (noise on a shared machine hits
+every side alike); the median of --steps per side. Peak RSS: each side in a process of its own. Prints one JSON
+object with the ratios side by side.
+    python benchmarks/bench_pretrain.py [--size small] [--batch 32] [--seq 128] [--steps 8] [--threads 2]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -60,13 +62,13 @@ def hf_pair(cfg, gen_cfg):
     return disc, gen
 
 
-def run_one(mode: str, size: str, batch: int, seq: int, steps: int, threads: int) -> dict:
+def build(mode: str, size: str, batch: int, seq: int):
+    """(modules, params, one training step, attention implementation) of one side, seeded."""
     import torch
 
     from nni_lvbert.config import load_size
     from nni_lvbert.pretrain.objectives import ElectraObjective, MLMObjective, generator_config, gumbel_max
 
-    torch.set_num_threads(threads)
     torch.manual_seed(0)
     cfg = load_size(size, max_length=seq)
     gen_cfg = generator_config(cfg, 0.25)
@@ -97,19 +99,46 @@ def run_one(mode: str, size: str, batch: int, seq: int, steps: int, threads: int
     modules.train()
     params = list(modules.parameters())  # shared tensors once
     opt = torch.optim.AdamW(params, lr=1e-4, eps=1e-6, weight_decay=0.01)
-    times = []
-    for i in range(steps + 2):
-        t = time.perf_counter()
+
+    def step():
         opt.zero_grad(set_to_none=True)
         loss_fn().backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        if i >= 2:  # the first steps allocate optimizer state and warm the allocator
-            times.append(time.perf_counter() - t)
-    step = sorted(times)[len(times) // 2]
-    return {"mode": mode, "params": sum(p.numel() for p in params), "attention": impl, "step_s": round(step, 4),
-            "tokens_per_s": round(batch * seq / step, 1),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    return modules, params, step, impl
+
+
+def peak_rss(mode: str, size: str, batch: int, seq: int, threads: int) -> float:
+    """Peak RSS (MB) of a process that builds one side and trains it 3 steps (optimizer state included)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    _, _, step, _ = build(mode, size, batch, seq)
+    for _ in range(3):
+        step()
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def step_times(size: str, batch: int, seq: int, steps: int, threads: int) -> dict:
+    """All sides in this process, their training steps alternating (noise hits every side alike): median step time
+    of each after 2 warm-up steps (optimizer state, allocator)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    sides = {mode: build(mode, size, batch, seq) for mode in MODES}
+    times: dict[str, list] = {mode: [] for mode in MODES}
+    for i in range(steps + 2):
+        for mode, (_, _, step, _) in sides.items():
+            t = time.perf_counter()
+            step()
+            if i >= 2:
+                times[mode].append(time.perf_counter() - t)
+    out = {}
+    for mode, (_, params, _, impl) in sides.items():
+        step_s = statistics.median(times[mode])
+        out[mode] = {"mode": mode, "params": sum(p.numel() for p in params), "attention": impl,
+                     "step_s": round(step_s, 4), "tokens_per_s": round(batch * seq / step_s, 1)}
+    return out
 
 
 def main():
@@ -117,31 +146,29 @@ def main():
     ap.add_argument("--size", default="small")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
+    ap.add_argument("--rss", choices=MODES, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    common = ["--size", a.size, "--batch", str(a.batch), "--seq", str(a.seq), "--steps", str(a.steps),
-              "--threads", str(a.threads)]
-    if a.mode:
-        print(json.dumps(run_one(a.mode, a.size, a.batch, a.seq, a.steps, a.threads)))
+    if a.rss:
+        print(json.dumps({"peak_rss_mb": peak_rss(a.rss, a.size, a.batch, a.seq, a.threads)}))
         return
-    res: dict[str, dict] = {}
-    for _ in range(a.rounds):
-        for mode in MODES:  # interleaved
-            out = subprocess.run([sys.executable, __file__, "--mode", mode, *common], capture_output=True, text=True,
-                                 check=True)
-            r = json.loads(out.stdout.strip().splitlines()[-1])
-            prev = res.get(mode)
-            res[mode] = r if prev is None or r["step_s"] < prev["step_s"] else prev
+    common = ["--size", a.size, "--batch", str(a.batch), "--seq", str(a.seq), "--threads", str(a.threads)]
+    rss = {}
+    for mode in MODES:  # each side's memory in a process of its own, started while this one is still small
+        out = subprocess.run([sys.executable, __file__, "--rss", mode, *common], capture_output=True, text=True,
+                             check=True)  # (Linux carries a process's peak RSS over into the programs it starts)
+        rss[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+    res = step_times(a.size, a.batch, a.seq, a.steps, a.threads)
+    for mode in MODES:
+        res[mode].update(rss[mode])
     e, m, h = res["electra"], res["mlm"], res["hf-electra"]
     step_ratio = e["step_s"] / m["step_s"]
     speed_ratio = e["tokens_per_s"] / h["tokens_per_s"]
     rss_ratio = e["peak_rss_mb"] / h["peak_rss_mb"]
     print(json.dumps({
         "shape": f"bert (12 x sa,ff) at {a.size}, generator 1/4 hidden, batch {a.batch} x seq {a.seq}, "
-                 f"{a.threads} threads",
+                 f"{a.threads} threads, {a.steps} timed steps per side",
         **res,
         "electra_step_over_mlm_step": round(step_ratio, 3),
         "tokens_per_s_ours_over_transformers": round(speed_ratio, 3),

@@ -114,19 +114,21 @@ def run(opts: PipelineOptions) -> int:
     start = time.time()
     stages = 3 if opts.pretrain else 2
 
-    if (supernet_dir / "meta.json").is_file():
+    state = RunDir(supernet_dir, "supernet").state()
+    if state == "done":
         print(f"[1/{stages}] supernet: done already in {supernet_dir}", file=sys.stderr, flush=True)
     else:
-        resume = opts.resume and (supernet_dir / "checkpoints" / "last.ckpt").is_file()
+        resume = opts.resume and state == "resume"
         print(f"[1/{stages}] supernet: {'resuming' if resume else 'training'} ({opts.space}, size {opts.size}) -> "
               f"{supernet_dir}", file=sys.stderr, flush=True)
         train_supernet(supernet_options(resume))
     supernet_meta = RunDir(supernet_dir, "supernet").meta
 
-    if (search_dir / "best_arch.json").is_file():
+    state = RunDir(search_dir, "search").state(done="best_arch.json", resume_marker="search.json")
+    if state == "done":
         print(f"[2/{stages}] search: done already in {search_dir}", file=sys.stderr, flush=True)
     else:
-        resume = opts.resume and (search_dir / "search.json").is_file()
+        resume = opts.resume and state == "resume"
         print(f"[2/{stages}] search: {', '.join(opts.strategies)} over the supernet -> {search_dir}", file=sys.stderr, flush=True)
         run_search(SearchOptions(supernet=str(supernet_dir), strategies=list(opts.strategies), seed=opts.seed,
                                  evolution=opts.evolution, out=str(search_dir), resume=resume, overwrite=not resume,
@@ -165,10 +167,11 @@ def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:
     from .rundir import RunDir
 
     pretrain_dir = out / "pretrain"
-    if (pretrain_dir / "meta.json").is_file():
+    state = RunDir(pretrain_dir, "pretrain").state()
+    if state == "done":
         print(f"[3/3] pretrain: done already in {pretrain_dir}", file=sys.stderr, flush=True)
     else:
-        resume = opts.resume and (pretrain_dir / "checkpoints" / "last.ckpt").is_file()
+        resume = opts.resume and state == "resume"
         print(f"[3/3] pretrain: {'resuming' if resume else 'training'} {arch} ({opts.pretrain}, size {opts.size}) "
               f"-> {pretrain_dir}", file=sys.stderr, flush=True)
         train_pretrain(PretrainOptions(

@@ -49,6 +49,33 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (figures are files; no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: Path, **savefig_kwargs) -> None:
+    """Write a matplotlib figure to `path` through a temp file + rename (umask permissions), then close it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix or ".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, **savefig_kwargs)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        Path(tmp).unlink(missing_ok=True)
+
+
 def write_json_atomic(path: Path, data) -> None:
     write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 
@@ -110,6 +137,13 @@ class RunDir:
 
     def has(self, name: str) -> bool:
         return (self.path / name).is_file()
+
+    def state(self, done: str = META, resume_marker: str = CHECKPOINT) -> str:
+        """Where a stage run stands: "done" (its finished-marker file exists), "resume" (an interrupted run left
+        its resume marker) or "fresh" (nothing to continue: start it, replacing whatever partial files exist)."""
+        if self.has(done):
+            return "done"
+        return "resume" if self.has(resume_marker) else "fresh"
 
     # --- output policy -----------------------------------------------------------------------------------------
     def prepare(self, *, resume: bool, overwrite: bool, resume_marker: str = CHECKPOINT,

@@ -314,6 +314,65 @@ def test_kill9_then_resume_finishes_the_run(model_dir, tmp_path, capsys):
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6, msg=k)
 
 
+def test_ddp_ranks_split_each_global_batch():
+    """Under DDP each rank gets its own half of the very global batch one device would get, from any resume step."""
+    from types import SimpleNamespace
+
+    from nni_lvbert.finetune.module import FinetuneData
+
+    rows = [{"input_ids": [2, 5 + i, 3], "labels": i % 4} for i in range(40)]
+    data = FinetuneData(rows, {"dev": rows[:4]}, batch_size=8, seed=3, pad_id=0, regression=False)
+
+    def batches(rank, world, step=2):
+        data.trainer = SimpleNamespace(global_step=step, global_rank=rank, world_size=world)
+        return [sorted(b["input_ids"][:, 1].tolist()) for b, _ in zip(data.train_dataloader(), range(5))]
+
+    whole, r0, r1 = batches(0, 1), batches(0, 2), batches(1, 2)
+    assert all(len(a) == len(b) == 4 and not set(a) & set(b) and sorted(a + b) == w for a, b, w in zip(r0, r1, whole))
+    assert batches(0, 1, step=0)[2:] == whole[:3]  # batch b is a function of (seed, b): resume-exact
+
+
+@pytest.mark.slow
+def test_ddp_two_cpu_ranks_equal_one_device(tmp_path, capsys):
+    """--devices 2: each rank takes half of every global batch, rank 0 writes everything; with dropout 0 (the
+    classifier's too) the run equals the one-device run: same dev curve, same fine-tuned weights."""
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    from nni_lvbert.hf import LVBertForMaskedLM
+    from nni_lvbert.hf.convert import hf_config
+    from nni_lvbert.hf.save import save_hf_model
+    from tests.conftest import tiny_config
+    from tests.search_fixtures import prepare_tiny_data
+
+    data = prepare_tiny_data(tmp_path)
+    torch.manual_seed(0)
+    config = hf_config(tiny_config(vocab_size=data.vocab_size), ["dc", "sa", "ff", "glu"])
+    config.classifier_dropout = 0.0
+    model = save_hf_model(LVBertForMaskedLM(config), tokenizer_dir=data.tokenizer_dir, out_dir=tmp_path / "model")
+    args = ["finetune", "--model", str(model), "--task", "sotu-era", *QUICK, "--max-train-examples", "32",
+            "--epochs", "2", "--save-model"]
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    env.pop("PYTEST_CURRENT_TEST", None)
+    res = subprocess.run([sys.executable, "-m", "nni_lvbert.cli", *args, "--out", str(tmp_path / "ddp"), "--devices",
+                          "2"], cwd=Path(__file__).resolve().parent.parent, env=env, capture_output=True, text=True,
+                         timeout=400)
+    assert res.returncode == 0, res.stderr[-3000:]
+    code, _, err = run_cli([*args, "--out", str(tmp_path / "one")], capsys)
+    assert code == 0, err
+    ddp, one = (json.loads((tmp_path / d / "sotu-era/seed0/meta.json").read_text()) for d in ("ddp", "one"))
+    assert (ddp["world_size"], one["world_size"]) == (2, 1) and ddp["steps"] == one["steps"] == 8
+    assert [h["step"] for h in ddp["history"]] == [4, 8] and (tmp_path / "ddp" / "results.json").is_file()
+    for a, b in zip(ddp["history"], one["history"]):
+        assert a["score"] == pytest.approx(b["score"], abs=1e-9)
+    wa, wb = (load_file(tmp_path / d / "sotu-era/seed0/model/model.safetensors") for d in ("ddp", "one"))
+    for k in wa:  # the gradient of two half-batch means averaged = the whole batch's mean, up to rounding
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
 def test_bad_inputs_are_one_line_and_write_nothing(model_dir, tmp_path, capsys):
     glue = make_glue(tmp_path / "glue")
     out = tmp_path / "out"

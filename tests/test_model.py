@@ -10,8 +10,8 @@ from nni_lvbert.modeling import LVBertForMaskedLM
 from tests.conftest import tiny_config
 
 
-def copy_hf_bert_into_ours(hf, ours, n_layers):
-    sd = hf.state_dict()
+def bert_names(n_layers: int) -> dict[str, str]:
+    """The oracle mapping: our `bert`-arch MLM model's parameter names -> transformers' BertForMaskedLM names."""
     m = {
         "embeddings.word.weight": "bert.embeddings.word_embeddings.weight",
         "embeddings.position.weight": "bert.embeddings.position_embeddings.weight",
@@ -35,6 +35,12 @@ def copy_hf_bert_into_ours(hf, ours, n_layers):
         for ours_name, hf_name in [("fc1", "intermediate.dense"), ("fc2", "output.dense"), ("norm", "output.LayerNorm")]:
             for w in ("weight", "bias"):
                 m[f"{ff}{ours_name}.{w}"] = f"{hf_l}{hf_name}.{w}"
+    return m
+
+
+def copy_hf_bert_into_ours(hf, ours, n_layers):
+    sd = hf.state_dict()
+    m = bert_names(n_layers)
     ours_sd = ours.state_dict()
     assert set(ours_sd) == set(m), set(ours_sd) ^ set(m)
     ours.load_state_dict({k: sd[v] for k, v in m.items()})

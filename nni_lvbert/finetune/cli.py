@@ -31,7 +31,12 @@ def _common(p, default_out: str) -> None:
     r.add_argument("--ckpt-every", type=int, default=None, help="checkpoint every N steps (default: per epoch, "
                                                                 "at most 500)")
     h = p.add_argument_group("hardware (may change when resuming)")
-    h.add_argument("--accelerator", default=d.accelerator, help="cpu | gpu | auto (one device)")
+    h.add_argument("--accelerator", default=d.accelerator, help="cpu | gpu | auto")
+    h.add_argument("--devices", default=d.devices, help="devices per node (DDP when > 1; the global --batch-size is "
+                   "split over them)")
+    h.add_argument("--num-nodes", type=int, default=d.num_nodes, help="nodes (torchrun / SLURM)")
+    h.add_argument("--ddp-strategy", default=None, help="Lightning strategy (default "
+                   "ddp_find_unused_parameters_true with more than one device)")
     h.add_argument("--precision", default=None, help="32-true | bf16-mixed (default bf16-mixed on GPU)")
     h.add_argument("--num-workers", type=int, default=d.num_workers)
     p.add_argument("--save-model", action="store_true",
@@ -73,6 +78,8 @@ def register(sub) -> None:
 
 
 def _print(summary: dict) -> int:
+    if not summary:  # a DDP rank > 0: rank 0 reports
+        return 0
     print(json.dumps({"glue_score": summary["glue_score"],
                       **{t: round(r["score_median"], 2) for t, r in summary["tasks"].items()}}))
     return 0

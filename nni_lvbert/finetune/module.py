@@ -62,8 +62,12 @@ class FinetuneData(pl.LightningDataModule):
         return collate(rows, self.pad_id, self.regression)
 
     def train_dataloader(self):
-        done = self.trainer.global_step if self.trainer is not None else 0
-        sampler = StepBatchSampler(len(self.train_rows), self.batch_size, self.seed, start_batch=done)
+        """Global batch b is a function of (seed, b); under DDP each rank takes its share of it (the Trainer runs
+        with use_distributed_sampler=False, so the dev loaders stay whole: every rank scores the whole dev set)."""
+        t = self.trainer
+        done, rank, world = (t.global_step, t.global_rank, t.world_size) if t is not None else (0, 0, 1)
+        sampler = StepBatchSampler(len(self.train_rows), self.batch_size, self.seed, start_batch=done, rank=rank,
+                                   world=world)
         return StepDataLoader(KeyedRows(self.train_rows), batch_sampler=sampler, collate_fn=self._collate,
                               num_workers=self.num_workers)
 
@@ -134,7 +138,7 @@ class FinetuneModule(pl.LightningModule):
             self._preds, self._labels = {}, {}
             return
         self._record()
-        self.log("dev_score", self.history[-1]["score"], prog_bar=True)
+        self.log("dev_score", self.history[-1]["score"], prog_bar=True, rank_zero_only=True)
 
     def _record(self):
         dev = {}
@@ -145,7 +149,7 @@ class FinetuneModule(pl.LightningModule):
         score = M.task_score(dev)
         epoch = round(self.trainer.global_step / self.steps_per_epoch, 3)
         self.history.append({"step": self.trainer.global_step, "epoch": epoch, "score": score, "dev": dev})
-        if self.history_path is not None:
+        if self.history_path is not None and self.trainer.is_global_zero:
             from ..rundir import write_json_atomic
 
             write_json_atomic(self.history_path, {"history": self.history})

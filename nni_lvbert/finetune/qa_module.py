@@ -71,7 +71,7 @@ class QAModule(FinetuneModule):
         score = statistics.fmean(statistics.fmean((m["em"], m["f1"])) for m in dev.values())
         epoch = round(self.trainer.global_step / self.steps_per_epoch, 3)
         self.history.append({"step": self.trainer.global_step, "epoch": epoch, "score": score, "dev": dev})
-        if self.history_path is not None:
+        if self.history_path is not None and self.trainer.is_global_zero:
             from ..rundir import write_json_atomic
 
             write_json_atomic(self.history_path, {"history": self.history})

@@ -1,12 +1,10 @@
 """The results of a fine-tuning output directory: results.json, results.md and dev_curve.png (all atomic)."""
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from ..options import to_dict
-from ..rundir import write_json_atomic, write_text_atomic
+from ..rundir import pyplot, save_figure, write_json_atomic, write_text_atomic
 from . import metrics as M
 
 NAMES = {"acc": "acc", "f1": "F1", "mcc": "MCC", "spearman": "Spearman", "pearson": "Pearson", "em": "EM",
@@ -32,11 +30,7 @@ def markdown(results: dict, glue: float | None, seeds: list[int]) -> str:
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     n = len(results)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
     for ax, (task, r) in zip(axes[0], results.items()):
@@ -48,15 +42,7 @@ def plot(results: dict, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
+    save_figure(fig, path, dpi=110)
 
 
 def write_reports(out: Path, opts, results: dict) -> dict:

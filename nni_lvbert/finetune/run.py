@@ -23,20 +23,22 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..errors import UserError
-from ..options import resume_from, to_dict
+from ..options import adopt, launcher_is_rank_zero, publish, resume_from, to_dict
 from ..rundir import RunDir, check_output_dir, read_json, write_json_atomic
-from ..training import TrainOptions, fit
+from ..training import TrainOptions, fit, parse_devices
 from . import metrics as M
 from .recipe import DECAY, default_lr
 from .tasks import TaskData, load_task
 
 OPTIONS = "options.json"
+KIND = "finetune"
 MODEL = "model"  # OUT/<task>/seed<k>/model/ with --save-model
 
 
 @dataclass
 class FinetuneOptions:
-    MAY_CHANGE: ClassVar[frozenset] = frozenset({"accelerator", "precision", "num_workers", "progress", "run_dir"})
+    MAY_CHANGE: ClassVar[frozenset] = frozenset({"accelerator", "devices", "num_nodes", "ddp_strategy", "precision",
+                                                 "num_workers", "progress", "run_dir"})
     FLAGS: ClassVar[dict[str, str]] = {"progress": "--no-progress", "run_dir": "--out", "tasks": "--task"}
 
     model: str = ""
@@ -61,6 +63,9 @@ class FinetuneOptions:
     max_train_examples: int | None = None
     ckpt_every: int | None = None  # None: every epoch, at most 500 steps apart
     accelerator: str = "auto"
+    devices: str = "1"  # per node; DDP when > 1 (the global --batch-size is split over devices)
+    num_nodes: int = 1
+    ddp_strategy: str | None = None
     precision: str | None = None
     num_workers: int = 0
     progress: bool = True
@@ -146,14 +151,20 @@ def begin(opts: FinetuneOptions) -> FinetuneOptions:
 
 
 def finetune(opts: FinetuneOptions) -> dict:
-    opts = begin(opts)
+    """Every task x seed run, then the reports. Under DDP (--devices N) Lightning's launcher re-runs the command for
+    ranks > 0: they adopt rank 0's options, join each run's training and leave every file to rank 0."""
+    rank_zero = launcher_is_rank_zero()
+    opts = begin(opts) if rank_zero else adopt(KIND, opts)
     config, tok, tasks = check(opts)
     out = Path(opts.run_dir)
-    if not opts.resume:
-        if out.exists() and opts.overwrite:
-            shutil.rmtree(out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out / OPTIONS, to_dict(opts))
+    if rank_zero:
+        parse_devices(opts.devices, opts.batch_size)  # the global batch must split evenly over devices
+        if not opts.resume:
+            if out.exists() and opts.overwrite:
+                shutil.rmtree(out)
+            out.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(out / OPTIONS, to_dict(opts))
+        publish(KIND, opts)
     results = {}
     for k, task in enumerate(tasks):
         per_seed = {}
@@ -165,6 +176,8 @@ def finetune(opts: FinetuneOptions) -> dict:
                               "train_examples": len(task.train), "skipped_lines": task.skipped,
                               **M.summarize(per_seed),
                               "curves": {str(s): per_seed[s]["history"] for s in per_seed}}
+    if not rank_zero:
+        return {}
     from .report import write_reports
 
     return write_reports(out, opts, results)
@@ -182,14 +195,18 @@ def run_options(opts: FinetuneOptions, path: Path, seed: int, task, steps_per_ep
                        max_steps=total, batch_size=opts.batch_size, dropout=0.0, weight_decay=opts.weight_decay,
                        val_every=min(steps_per_epoch, total), val_batches=1.0,
                        ckpt_every=opts.ckpt_every or min(steps_per_epoch, 500), accelerator=opts.accelerator,
-                       devices="1", precision=opts.precision, num_workers=opts.num_workers, resume=resume,
-                       progress=opts.progress)
-    path.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path / "options.json", to_dict(ropts))
+                       devices=str(opts.devices), num_nodes=opts.num_nodes, ddp_strategy=opts.ddp_strategy,
+                       precision=opts.precision, num_workers=opts.num_workers, resume=resume, progress=opts.progress)
+    if launcher_is_rank_zero():  # DDP: rank 0 writes the run directory
+        path.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path / "options.json", to_dict(ropts))
     return ropts, total, epochs
 
 
-def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path: Path, label: str) -> dict:
+def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path: Path, label: str,
+            model=None) -> dict:
+    """One task x seed run in `path`; `model` (a sequence-classification model to train in place) instead of
+    loading `opts.model` (the fine-tuning benchmark trains a transformers BERT twin through this very loop)."""
     import pytorch_lightning as pl
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
@@ -197,11 +214,12 @@ def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path:
     from .module import FinetuneData, FinetuneModule, encode
 
     run = RunDir(path, "finetune")
-    if run.has("meta.json"):
+    state = run.state()
+    if state == "done":
         print(f"{label} finished earlier: skipped", file=sys.stderr)
         return run.read_json("meta.json")
-    resume = run.has("checkpoints/last.ckpt")
-    if not resume and path.exists():
+    resume = state == "resume"
+    if not resume and path.exists() and launcher_is_rank_zero():
         shutil.rmtree(path)  # interrupted before its first checkpoint: start it again
     if task.kind == "qa":
         from .qa_module import run_qa
@@ -231,7 +249,8 @@ def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path:
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "newly initialized classifier" is expected here
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(opts.model, ignore_mismatched_sizes=True, **kw)
+        if model is None:
+            model = AutoModelForSequenceClassification.from_pretrained(opts.model, ignore_mismatched_sizes=True, **kw)
     finally:
         hf_logging.set_verbosity(verbosity)
     module = FinetuneModule(model, task, list(dev_rows), ropts.lr, total, opts.warmup_fraction, opts.weight_decay,
@@ -245,12 +264,16 @@ def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path:
     meta = {"task": task.name, "seed": seed, "steps": total, "epochs": epochs, "steps_per_epoch": spe,
             "train_seconds": result.train_seconds, "train_examples": len(train_rows),
             "examples_per_second": total * opts.batch_size / max(result.train_seconds, 1e-9),
-            "score": final["score"], "dev": final["dev"], "history": history, "options": to_dict(ropts)}
+            "score": final["score"], "dev": final["dev"], "history": history, "world_size": result.trainer.world_size,
+            "options": to_dict(ropts)}
     return finish_run(run, opts, model, tok, meta, label)
 
 
 def finish_run(run: RunDir, opts: FinetuneOptions, model, tok, meta: dict, label: str) -> dict:
-    """The end of a task x seed run: the fine-tuned model (--save-model), then meta.json (marks it finished)."""
+    """The end of a task x seed run: the fine-tuned model (--save-model), then meta.json (marks it finished);
+    written by DDP rank 0 only."""
+    if not launcher_is_rank_zero():
+        return meta
     if opts.save_model:
         meta["model"] = str(save_finetuned(model, tok, opts.model, run / MODEL, meta))
     run.write_json("meta.json", meta)

@@ -42,7 +42,7 @@ class SelfAttention(nn.Module):
             heads(q),
             heads(k),
             heads(v),
-            attn_mask=sdpa_mask(mask if rows is None else rows.mask),
+            attn_mask=sdpa_mask(mask) if rows is None else rows.mask[:, None, None, :],  # packed: padding exists
             dropout_p=self.attention_dropout if self.training else 0.0,
         )
         y = to_rows(y.transpose(1, 2).reshape(b, n, h), rows)

@@ -197,13 +197,9 @@ def _check_resumed_data(run, data) -> None:
 
 def plot_curves(history: list[dict], objective: str, path) -> None:
     """Validation curves (accuracy-like metrics, 0..1) against steps, written through a temp file."""
-    import os
+    from ..rundir import pyplot, save_figure
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     names = [("val_gen_mlm_acc", "generator MLM accuracy"), ("val_mlm_acc", "MLM accuracy"),
              ("val_disc_acc", "discriminator accuracy"), ("val_disc_auc", "discriminator AUC"),
              ("val_disc_precision", "discriminator precision"), ("val_disc_recall", "discriminator recall"),
@@ -222,7 +218,4 @@ def plot_curves(history: list[dict], objective: str, path) -> None:
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path, dpi=110, bbox_inches="tight")

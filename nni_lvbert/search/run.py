@@ -13,7 +13,6 @@ scores of everything already evaluated (nothing is scored twice), and new candid
 """
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
@@ -264,13 +263,11 @@ def top_curve(records: list[dict], iterations: int, k: int = 10) -> list[list[fl
 
 
 def _plot(records: list[dict], strategies: list[str], path: Path, cfg: EvolutionConfig) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from matplotlib.ticker import MaxNLocator
 
+    from ..rundir import pyplot, save_figure
+
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     styles = [("o", "-"), ("s", "--"), ("^", ":")]
     for i, name in enumerate(strategies):
@@ -289,8 +286,5 @@ def _plot(records: list[dict], strategies: list[str], path: Path, cfg: Evolution
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..options import resume_from, to_dict
-from ..rundir import CHECKPOINT, META, check_output_dir, read_json, write_json_atomic
+from ..rundir import META, RunDir, check_output_dir, read_json, write_json_atomic
 
 OPTIONS = "options.json"
 ALL_TOKENS = 10**9  # --val-tokens default: the whole validation split
@@ -142,13 +142,13 @@ class Standalone:
 def train_standalone(spec: Standalone, store: Path, progress: bool = True) -> Path:
     """Pre-train `spec` from scratch into the store (skipped when finished, resumed when interrupted)."""
     path = store / spec.dirname()
-    if (path / META).is_file():
+    if RunDir(path, "pretrain").state() == "done":
         return path
     store.mkdir(parents=True, exist_ok=True)
     with store_lock(store / f".{spec.dirname()}.lock"):  # another study sharing the store may be training it
-        if (path / META).is_file():
-            return path
-        _train(spec, path, store, progress)
+        state = RunDir(path, "pretrain").state()
+        if state != "done":
+            _train(spec, path, store, progress, resume=state == "resume" and (path / OPTIONS).is_file())
     return path
 
 
@@ -169,10 +169,9 @@ def store_lock(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _train(spec: Standalone, path: Path, store: Path, progress: bool) -> None:
+def _train(spec: Standalone, path: Path, store: Path, progress: bool, resume: bool) -> None:
     from ..pretrain.train import PretrainOptions, train_pretrain
 
-    resume = (path / CHECKPOINT).is_file() and (path / OPTIONS).is_file()
     config = store / f".{spec.dirname()}.model_config.json"
     write_json_atomic(config, spec.model_config)
     b = spec.budget
@@ -195,7 +194,6 @@ def mlm_model(run_path: Path):
     """The MLM model of a finished pre-training run (ELECTRA: its generator), weights loaded, eval mode."""
     from ..pretrain.objectives import build_objective, parse_arch
     from ..pretrain.train import WEIGHTS
-    from ..rundir import RunDir
 
     run = RunDir(run_path, "pretrain")
     run.require([WEIGHTS, "model_config.json", "arch.json", META])
@@ -278,20 +276,12 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
 
 
 def save_figure(fig, path: Path) -> None:
-    import os
+    from ..rundir import save_figure as save
 
-    import matplotlib.pyplot as plt
-
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    os.replace(tmp, path)
+    save(fig, path, dpi=110, bbox_inches="tight")
 
 
 def pyplot():
-    import matplotlib
+    from ..rundir import pyplot as agg
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return agg()
