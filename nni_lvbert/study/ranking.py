@@ -174,10 +174,8 @@ def _report(result: dict, out: Path) -> None:
     if named:
         ax.scatter([r["inherited"] for r in named], [r["standalone"] for r in named], marker="s", s=36,
                    label="baselines", zorder=3)
-    labelled = sorted((r for r in rows if r["role"] != "spread"), key=lambda r: r["inherited"])
-    for i, r in enumerate(labelled):  # alternate above/below so neighbours do not overprint
-        ax.annotate(r["role"], (r["inherited"], r["standalone"]), fontsize=8, xytext=(5, 5 if i % 2 else -11),
-                    textcoords="offset points")
+    _label_points(ax, [(r["role"], r["inherited"], r["standalone"]) for r in rows if r["role"] != "spread"],
+                  [(r["inherited"], r["standalone"]) for r in rows])
     ax.set_xlabel("inherited-weight MLM accuracy (supernet)")
     ax.set_ylabel("stand-alone MLM accuracy")
     ax.set_title(f"Kendall τ = {_num(result['kendall_tau'])} {_ci(result['kendall_tau_ci95'])}, "
@@ -185,3 +183,27 @@ def _report(result: dict, out: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     save_figure(fig, out / "ranking.png")
+
+
+def _label_points(ax, labels, points=(), fontsize: int = 8) -> None:
+    """Annotate points so that labels do not overprint each other or the markers: each label takes the first of a
+    few offsets (right/left, above/below, further out) whose box, estimated in points, stays inside the axes and
+    is free of the markers and of the labels placed so far; a thin line joins each label to its point."""
+    ax.autoscale_view()
+    scale = ax.figure.dpi / 72  # display pixels per point
+    width, height = 0.62 * fontsize, 1.25 * fontsize  # per character, per line (points)
+    (x0, y0), (x1, y1) = (v / scale for v in ax.get_window_extent().get_points())
+    placed = [(px - 4, py - 4, px + 4, py + 4) for px, py in
+              ((v / scale for v in ax.transData.transform(p)) for p in points)]
+    for text, x, y in sorted(labels, key=lambda t: (t[1], t[2])):
+        px, py = (v / scale for v in ax.transData.transform((x, y)))
+        w = width * len(text)
+        offsets = [(6, -4), (-6 - w, -4), (6, 3), (6, -13), (-6 - w, 3), (-6 - w, -13), (6, 13), (6, -23),
+                   (-6 - w, 13), (-6 - w, -23), (20, -4), (-20 - w, -4)]
+        boxes = [(px + dx, py + dy, px + dx + w, py + dy + height) for dx, dy in offsets]
+        free = [b for b in boxes if x0 <= b[0] and b[2] <= x1 and y0 <= b[1] and b[3] <= y1
+                and not any(b[0] < o[2] and o[0] < b[2] and b[1] < o[3] and o[1] < b[3] for o in placed)]
+        box = free[0] if free else boxes[0]
+        placed.append(box)
+        ax.annotate(text, (x, y), fontsize=fontsize, xytext=(box[0] - px, box[1] - py), textcoords="offset points",
+                    arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "0.4", "shrinkA": 0, "shrinkB": 3})
