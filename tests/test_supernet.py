@@ -207,3 +207,30 @@ def test_supernet_trains_on_prepared_data(tmp_path, trained, capsys):
     assert json.loads((run / "meta.json").read_text())["data"]["path"] == data
     assert main(["supernet", "train", "--out", str(tmp_path / "e"), "--data", data, "--corpus", "x.txt"]) == 2
     assert "--data gives prepared data" in capsys.readouterr().err
+
+
+def test_run_state_and_figures_are_the_one_policy(tmp_path):
+    """RunDir.state(): done (finished marker) > resume (resume marker) > fresh; save_figure writes atomically with
+    the umask's permissions and leaves no temp file, also when drawing fails."""
+    import pytest
+
+    from nni_lvbert.rundir import RunDir, pyplot, save_figure
+
+    run = RunDir(tmp_path / "r")
+    assert run.state() == "fresh"
+    (tmp_path / "r" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "r" / "checkpoints" / "last.ckpt").write_text("x")
+    assert run.state() == "resume" and run.state(resume_marker="search.json") == "fresh"
+    (tmp_path / "r" / "meta.json").write_text("{}")
+    assert run.state() == "done" and run.state(done="best_arch.json") == "resume"
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    save_figure(fig, tmp_path / "f.png", dpi=50)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tmp_path / "f.png").stat().st_mode & 0o777 == 0o666 & ~mask
+    fig, ax = plt.subplots()
+    with pytest.raises(ValueError):
+        save_figure(fig, tmp_path / "g.png", dpi=-1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.png", "r"]
