@@ -146,7 +146,10 @@ class FinetuneModule(pl.LightningModule):
             p, y = np.concatenate(self._preds.get(i, [])), np.concatenate(self._labels.get(i, []))
             dev[name] = M.compute(self.task.metrics, p, y)
         self._preds, self._labels = {}, {}
-        score = M.task_score(dev)
+        self._remember(M.task_score(dev), dev)
+
+    def _remember(self, score: float, dev: dict) -> None:
+        """One validation in the dev curve, also written to history_path (DDP: by rank 0) for --resume."""
         epoch = round(self.trainer.global_step / self.steps_per_epoch, 3)
         self.history.append({"step": self.trainer.global_step, "epoch": epoch, "score": score, "dev": dev})
         if self.history_path is not None and self.trainer.is_global_zero:

@@ -68,13 +68,7 @@ class QAModule(FinetuneModule):
             preds = S.postprocess(examples, feats, starts, ends, self.task.v2, **self.post)
             dev[name] = S.evaluate(examples, preds, self.task.v2)
         self._preds, self._labels = {}, {}
-        score = statistics.fmean(statistics.fmean((m["em"], m["f1"])) for m in dev.values())
-        epoch = round(self.trainer.global_step / self.steps_per_epoch, 3)
-        self.history.append({"step": self.trainer.global_step, "epoch": epoch, "score": score, "dev": dev})
-        if self.history_path is not None and self.trainer.is_global_zero:
-            from ..rundir import write_json_atomic
-
-            write_json_atomic(self.history_path, {"history": self.history})
+        self._remember(statistics.fmean(statistics.fmean((m["em"], m["f1"])) for m in dev.values()), dev)
 
 
 def run_qa(opts, config, tok, task: S.QATaskData, seed: int, run, resume: bool, label: str) -> dict:
