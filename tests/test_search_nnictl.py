@@ -77,31 +77,38 @@ def start_tiny_experiment(tiny, tmp_path, capsys, port: int, iterations: int) ->
 
 
 @pytest.mark.slow
-def test_nnictl_end_to_end(tiny, scorer, tmp_path, capsys):
-    """nni_lvbert/experiments/search.yml under nnictl: 4 trials (2 concurrent, a generation barrier), metrics,
-    export, stop."""
+def test_nnictl_end_to_end_stop_and_resume(tiny, scorer, tmp_path, capsys):
+    """nni_lvbert/experiments/search.yml under nnictl (2 trials at a time, generation barriers), the web UI on
+    loopback only; stopped with a trial done, `lvbert search nnictl resume ID` ends with every candidate of the
+    budget scored exactly once (NNI re-runs the interrupted trials; the tuner awaits them). Then the web UI's data:
+    each trial's architecture and a score equal to the in-process scorer's; `lvbert search export`; stop."""
     import urllib.request
 
     port = free_port()
-    exp_id = start_tiny_experiment(tiny, tmp_path, capsys, port, iterations=2)
+    exp_id = start_tiny_experiment(tiny, tmp_path, capsys, port, iterations=3)
+    nnictl = str(Path(sys.executable).with_name("nnictl"))
     try:
         outside = _non_loopback_address()
         if outside:  # the web UI / REST API listens on 127.0.0.1 only
             with socket.socket() as s, pytest.raises(OSError):
                 s.settimeout(2)
                 s.connect((outside, port))
-        jobs = wait_for_trials(port, 4, timeout=150)
-        assert all(j["status"] == "SUCCEEDED" for j in jobs), jobs
+        before = wait_for_trials(port, 1, timeout=150)
+        subprocess.run([nnictl, "stop", exp_id], capture_output=True, timeout=60)
+        port = free_port()
+        code, out, err = run_cli(["search", "nnictl", "resume", exp_id, "--port", str(port)], capsys)
+        assert code == 0, err
+        jobs = wait_for_trials(port, 6, timeout=240)
+        archs = {j["trialJobId"]: json.loads(j["hyperParameters"][0])["parameters"] for j in jobs}
+        assert len(jobs) == 6 and len({tuple(a.values()) for a in archs.values()}) == 6, (before, jobs)
+        assert all(j["status"] == "SUCCEEDED" for j in jobs)
+        assert all(set(a) == {f"layer{i:02d}" for i in range(SLOTS)} for a in archs.values())
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/metric-data", timeout=5) as r:
-            metrics = [m for m in json.loads(r.read()) if m["type"] == "FINAL"]
-        assert len(metrics) == 4
-        archs = {}
-        for job in jobs:  # the web UI's data: every trial's architecture and score
-            params = json.loads(job["hyperParameters"][0])["parameters"]
-            assert set(params) == {f"layer{i:02d}" for i in range(SLOTS)}
-            archs[job["trialJobId"]] = params
+            metrics = [m for m in json.loads(r.read()) if m["type"] == "FINAL" and m["trialJobId"] in archs]
+        assert len({m["trialJobId"] for m in metrics}) == 6
         for m in metrics:
-            value = json.loads(json.loads(m["data"])) if isinstance(json.loads(m["data"]), str) else json.loads(m["data"])
+            value = json.loads(m["data"])
+            value = json.loads(value) if isinstance(value, str) else value
             # the trial's score is the in-process scorer's score of the same architecture
             assert value["default"] == pytest.approx(scorer.score(list(archs[m["trialJobId"]].values())), abs=1e-6)
         code, out, err = run_cli(["search", "export", "--experiment", exp_id, "--supernet", str(tiny["run"]),
@@ -111,31 +118,9 @@ def test_nnictl_end_to_end(tiny, scorer, tmp_path, capsys):
         assert best["score"] == pytest.approx(max(scorer.score(list(a.values())) for a in archs.values()))
         assert best["experiment"]["id"] == exp_id and len(best["arch"]) == SLOTS
     finally:
-        nnictl = Path(sys.executable).with_name("nnictl")
-        subprocess.run([str(nnictl), "stop", exp_id], capture_output=True, timeout=60)
+        subprocess.run([nnictl, "stop", exp_id], capture_output=True, timeout=60)
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/check-status", timeout=2)
-
-
-@pytest.mark.slow
-def test_nnictl_resume_scores_nothing_twice(tiny, tmp_path, capsys):
-    """Stop an experiment with trials running, `lvbert search nnictl resume ID`: the search ends with every
-    candidate of the budget scored exactly once (NNI re-runs the interrupted trials; the tuner awaits them)."""
-    port = free_port()
-    exp_id = start_tiny_experiment(tiny, tmp_path, capsys, port, iterations=3)
-    nnictl = str(Path(sys.executable).with_name("nnictl"))
-    try:
-        before = wait_for_trials(port, 1, timeout=150)
-        subprocess.run([nnictl, "stop", exp_id], capture_output=True, timeout=60)
-        port = free_port()
-        code, out, err = run_cli(["search", "nnictl", "resume", exp_id, "--port", str(port)], capsys)
-        assert code == 0, err
-        jobs = wait_for_trials(port, 6, timeout=240)
-        archs = [tuple(json.loads(j["hyperParameters"][0])["parameters"].values()) for j in jobs]
-        assert len(jobs) == 6 and len(set(archs)) == 6, (before, jobs)
-        assert all(j["status"] == "SUCCEEDED" for j in jobs)
-    finally:
-        subprocess.run([nnictl, "stop", exp_id], capture_output=True, timeout=60)
     code, _, err = run_cli(["search", "nnictl", "resume", "nosuchid", "--port", str(free_port())], capsys)
     assert code == 2 and "unknown NNI experiment 'nosuchid'" in one_error_line(err)
     # the old spelling still works, with a deprecation note
