@@ -8,11 +8,14 @@
 
 `--resume` continues whichever stage was interrupted; finished stages are kept. With `--devices N > 1`
 Lightning's DDP launcher re-runs this command for ranks 1..N-1: they only join the supernet training (with rank
-0's options) and leave the search to rank 0.
+0's options) and leave the search to rank 0. With --pretrain, rank 0 then launches ranks afresh for the
+pre-training stage (`STAGE_ENV` tells them which stage to join); that needs Lightning's own launcher, so under
+torchrun/SLURM `--pretrain` with several devices is refused (pre-train afterwards with `lvbert pretrain`).
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,6 +27,7 @@ from .search.algorithm import EvolutionConfig
 from .training import DataOptions
 
 KIND = "pipeline"
+STAGE_ENV = "LVBERT_RUN_STAGE"  # set by rank 0 for the ranks it launches: the stage they join (default supernet)
 
 
 @dataclass
@@ -63,7 +67,7 @@ def register(sub) -> None:
                    help="then pre-train the searched architecture at --size: mlm | electra (default: no pre-training)")
     p.add_argument("--pretrain-steps", type=int, default=None, help="pre-training steps (default: size preset)")
     add_evolution_args(p)
-    p.add_argument("--devices", default=d.devices, help="devices for supernet training (DDP when > 1)")
+    p.add_argument("--devices", default=d.devices, help="devices for supernet training and --pretrain (DDP when > 1)")
     p.add_argument("--accelerator", default=d.accelerator)
     add_resume_args(p, "continue an interrupted run with its stored options")
     p.add_argument("--no-progress", dest="progress", action="store_false")
@@ -95,8 +99,13 @@ def run(opts: PipelineOptions) -> int:
             max_steps=opts.supernet_steps, devices=opts.devices, accelerator=opts.accelerator, resume=resume,
             overwrite=not resume, progress=opts.progress)
 
-    if not launcher_is_rank_zero():  # a DDP rank > 0 re-running this command: join the supernet training only
-        train_supernet(supernet_options(False))
+    if not launcher_is_rank_zero():  # a DDP rank > 0 re-running this command: join one stage's training only
+        if os.environ.get(STAGE_ENV) == "pretrain":
+            from .pretrain.train import PretrainOptions, train_pretrain
+
+            train_pretrain(PretrainOptions(run_dir=str(out / "pretrain")))  # rank 0's options (training.begin)
+        else:
+            train_supernet(supernet_options(False))
         return 0
 
     if opts.resume and opts.overwrite:
@@ -155,9 +164,10 @@ def _check_pretrain(opts: PipelineOptions) -> None:
         return
     if opts.pretrain not in OBJECTIVES:
         raise UserError(f"--pretrain must be one of {', '.join(OBJECTIVES)}, got {opts.pretrain!r}")
-    if str(opts.devices) != "1":
-        raise UserError("--pretrain runs on one device in `lvbert run`; for DDP pre-train afterwards with "
-                        "`lvbert pretrain --arch OUT/search/best_arch.json --devices N`")
+    if str(opts.devices) != "1" and "LOCAL_RANK" in os.environ:  # started by torchrun/SLURM, not by Lightning
+        raise UserError("--pretrain with several devices needs Lightning's own launcher (plain `lvbert run "
+                        "--devices N`); under torchrun/SLURM pre-train afterwards with `lvbert pretrain --arch "
+                        "OUT/search/best_arch.json --devices N`")
 
 
 def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:
@@ -174,6 +184,11 @@ def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:
         resume = opts.resume and state == "resume"
         print(f"[3/3] pretrain: {'resuming' if resume else 'training'} {arch} ({opts.pretrain}, size {opts.size}) "
               f"-> {pretrain_dir}", file=sys.stderr, flush=True)
+        if str(opts.devices) != "1":
+            from .training import end_ddp_session
+
+            end_ddp_session()  # the supernet's ranks have exited: Lightning launches new ones, told to pre-train
+            os.environ[STAGE_ENV] = "pretrain"
         train_pretrain(PretrainOptions(
             run_dir=str(pretrain_dir), arch=None if resume else arch, size=opts.size, objective=opts.pretrain,
             **opts.data_options(), seed=opts.seed, max_steps=opts.pretrain_steps, devices=opts.devices,

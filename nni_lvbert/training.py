@@ -111,6 +111,21 @@ def open_run(opts: TrainOptions, kind: str) -> RunDir:
     return run
 
 
+def end_ddp_session() -> None:
+    """Let a later DDP `fit` in this process launch ranks of its own (`lvbert run --pretrain --devices N`).
+
+    Lightning's script launcher leaves MASTER_ADDR/MASTER_PORT/LOCAL_RANK/NODE_RANK/WORLD_SIZE in rank 0's
+    environment and its process group open until the process exits. A second DDP Trainer would take those as
+    ranks started from outside and wait for the first run's ranks, which have exited. Close the group and forget
+    the variables, as a fresh process would have them."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    for var in ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"):
+        os.environ.pop(var, None)
+
+
 def prepare_data(opts: TrainOptions, cfg, run: RunDir | None = None):
     """The prepared data of a training run: `--data DIR`, or corpus/tokenizer prepared (cached) for the size."""
     from .data import PreparedData, prepare

@@ -25,14 +25,16 @@ def cache_dir(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_run_with_two_cpu_ranks(tmp_path, cache_dir):
+def test_run_with_two_cpu_ranks_then_pretrain_on_two(tmp_path, cache_dir):
     """Lightning's DDP launcher re-runs `lvbert run` for rank 1: it joins the supernet training with rank 0's
-    options (instead of refusing the directory rank 0 just made) and leaves the search to rank 0."""
+    options (instead of refusing the directory rank 0 just made) and leaves the search to rank 0. For --pretrain,
+    rank 0 launches a new rank 1 that joins the pre-training (the pretrain DDP path of `lvbert pretrain`)."""
     out = tmp_path / "ddp"
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     env.pop("PYTEST_CURRENT_TEST", None)
     res = subprocess.run([sys.executable, "-m", "nni_lvbert.cli",
-                          *run_args(out, cache_dir, 4, "--devices", "2", "--accelerator", "cpu")],
+                          *run_args(out, cache_dir, 4, "--devices", "2", "--accelerator", "cpu", "--pretrain",
+                                    "electra", "--pretrain-steps", "3")],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     meta = json.loads((out / "supernet" / "meta.json").read_text())
@@ -41,8 +43,12 @@ def test_run_with_two_cpu_ranks(tmp_path, cache_dir):
     assert len(best["compact"]) == 24 and 0.0 <= best["score"] <= 1.0
     history = (out / "search" / "history.jsonl").read_text().splitlines()
     assert len(history) == 4 + 1 * (2 + 2)  # searched once, by rank 0 only
-    summary = res.stdout[res.stdout.rindex("\n{\n") + 1:]  # NNI and Lightning also log to stdout
-    assert json.loads(summary)["arch"] == best["compact"]
+    pretrain = json.loads((out / "pretrain" / "meta.json").read_text())
+    assert pretrain["world_size"] == 2 and pretrain["steps"] == 3 and pretrain["arch"] == best["compact"]
+    assert (out / "pretrain" / "hf-generator" / "config.json").is_file()
+    summary = json.loads(res.stdout[res.stdout.rindex("\n{\n") + 1:])  # NNI and Lightning also log to stdout
+    assert summary["arch"] == best["compact"] and summary["hf"] == str(out / "pretrain" / "hf")
+    assert "already" not in res.stderr  # one run of each stage
 
 
 @pytest.mark.slow
@@ -75,3 +81,14 @@ def test_run_resumes_from_the_run_directory_alone(tmp_path, cache_dir, capsys):
     assert json.loads(capsys.readouterr().out)["arch"] == best["compact"]
     # a non-empty directory without --resume/--overwrite is refused
     assert main(run_args(out, cache_dir, steps)) == 2
+
+
+def test_pretrain_on_several_devices_under_an_outside_launcher_is_one_line(tmp_path, cache_dir, capsys,
+                                                                           monkeypatch):
+    """Under torchrun (LOCAL_RANK set before anything started) rank 0 cannot launch new ranks for --pretrain."""
+    out = tmp_path / "run"
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert main(run_args(out, cache_dir, 4, "--devices", "2", "--pretrain", "mlm")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "torchrun" in err[0], err
+    assert not out.exists()

@@ -187,24 +187,6 @@ def test_resume_after_kill9_ends_with_the_uninterrupted_weights(tmp_path, electr
 
 
 @pytest.mark.slow
-def test_ddp_two_cpu_ranks(tmp_path, cache_dir):
-    import os
-    import subprocess
-    import sys
-
-    out = tmp_path / "ddp"
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    env.pop("PYTEST_CURRENT_TEST", None)
-    res = subprocess.run([sys.executable, "-m", "nni_lvbert.cli",
-                          *pretrain_args(out, cache_dir, "--sop", "--devices", "2", "--accelerator", "cpu", steps=4)],
-                         cwd=Path(__file__).resolve().parent.parent, env=env, capture_output=True, text=True,
-                         timeout=400)
-    assert res.returncode == 0, res.stderr[-3000:]
-    meta = json.loads((out / "meta.json").read_text())
-    assert meta["world_size"] == 2 and meta["steps"] == 4 and (out / "hf-generator" / "config.json").is_file()
-
-
-@pytest.mark.slow
 def test_lvbert_run_pretrain_stage(tmp_path, cache_dir, capsys):
     out = tmp_path / "run"
     args = ["run", "--out", str(out), "--size", "tiny", "--max-docs", "120", "--cache-dir", str(cache_dir),
