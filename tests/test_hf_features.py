@@ -34,8 +34,13 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         torch.manual_seed(0)
         model = LVBertForMaskedLM(config).train()
         if checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            assert model.is_gradient_checkpointing and model.lvbert.gradient_checkpointing
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.24: the new name
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+                assert model.is_activation_checkpointing
+            else:  # earlier 5.x: the old name, deprecated since
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                assert model.is_gradient_checkpointing
+            assert model.lvbert.gradient_checkpointing
         model(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels).loss.backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 10

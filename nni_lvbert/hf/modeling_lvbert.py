@@ -41,7 +41,7 @@ class LVBertPreTrainedModel(PreTrainedModel):
 
     config_class = LVBertConfig
     base_model_prefix = "lvbert"
-    supports_gradient_checkpointing = True  # per slot (`gradient_checkpointing_enable()`)
+    supports_gradient_checkpointing = True  # per slot: activation_checkpointing_enable() (5.24+)
     _no_split_modules = ["Embeddings", "SelfAttention", "DynamicConv", "FeedForward", "GLUFeedForward"]
 
     @torch.no_grad()
@@ -80,7 +80,7 @@ class LVBertModel(LVBertPreTrainedModel):
             self.shared = nn.ModuleDict({t: build_layer(t, config) for t in dict.fromkeys(self.layer_types)})
         else:
             self.layers = nn.ModuleList(build_layer(t, config) for t in self.layer_types)
-        self.gradient_checkpointing = False  # set by transformers' gradient_checkpointing_enable()
+        self.gradient_checkpointing = False  # set by transformers' activation/gradient_checkpointing_enable()
         self.post_init()
 
     def slots(self) -> list[nn.Module]:
