@@ -202,3 +202,20 @@ def test_lvbert_run_pretrain_stage(tmp_path, cache_dir, capsys):
     meta = json.loads((out / "pretrain" / "meta.json").read_text())
     assert meta["arch"] == best["compact"] and meta["steps"] == 3 and meta["objective"] == "electra"
     assert Path(summary["hf"]).joinpath("config.json").is_file() and summary["hf_generator"]
+
+
+def test_presets_per_size_and_objective():
+    """ELECTRA's tiny preset trains at a quarter of MLM's lr (the discriminator does not learn at 2e-3); the other
+    values of tiny, and every paper size, are the same for both objectives."""
+    from nni_lvbert.pretrain.train import PretrainOptions
+
+    def resolved(**kw):
+        opts = PretrainOptions(**kw)
+        return {k: opts.resolved(k) for k in ("lr", "max_steps", "batch_size", "warmup_steps", "generator_fraction")}
+
+    electra, mlm = resolved(size="tiny", objective="electra"), resolved(size="tiny", objective="mlm")
+    assert electra["lr"] == 5e-4 and mlm["lr"] == 2e-3
+    assert {k: v for k, v in electra.items() if k != "lr"} == {k: v for k, v in mlm.items() if k != "lr"}
+    assert resolved(size="small", objective="electra") == resolved(size="small", objective="mlm")
+    assert resolved(size="base", objective="electra")["lr"] == 2e-4
+    assert resolved(size="tiny", objective="electra", lr=1e-3)["lr"] == 1e-3  # a given value wins

@@ -83,6 +83,16 @@ def test_a_model_being_trained_by_another_study_is_waited_for_not_trained_twice(
     thread.join()
 
 
+def test_electra_studies_take_the_tiny_electra_lr():
+    from nni_lvbert.pretrain.train import PretrainOptions
+    from nni_lvbert.study.downstream import DownstreamOptions
+
+    electra = DownstreamOptions(objective="electra").budget()
+    assert electra.lr == PretrainOptions(size="tiny", objective="electra").resolved("lr") == 5e-4
+    assert DownstreamOptions().budget().lr == 2e-3 and DownstreamOptions(objective="electra", lr=1e-3).budget().lr == 1e-3
+    assert DownstreamOptions(objective="electra", quick=True).budget() == DownstreamOptions(quick=True).budget()
+
+
 def test_search_summary_counts_wins_and_ties():
     def seed(e, r, q):
         return {"evolution": {"best": e, "best_arch": "a", "top10": [e - 0.1, e]},

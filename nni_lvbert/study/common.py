@@ -28,12 +28,13 @@ from ..rundir import META, RunDir, check_output_dir, read_json, write_json_atomi
 OPTIONS = "options.json"
 ALL_TOKENS = 10**9  # --val-tokens default: the whole validation split
 
-# Stand-alone budgets. "tiny" is the CPU regime of the README's study (see docs/study.md for how it was chosen);
+# Stand-alone budgets. "tiny" is the CPU regime of the README's study (the README's study section says how it was chosen);
 # "quick" is CI-sized: it checks that everything runs, not what wins.
 BUDGETS = {
     "quick": dict(steps=30, lr=2e-3, warmup_steps=3, batch_size=8, dropout=0.0),
     "tiny": dict(steps=1500, lr=2e-3, warmup_steps=100, batch_size=32, dropout=0.0),
 }
+BUDGETS["tiny-electra"] = {**BUDGETS["tiny"], "lr": 5e-4}  # as `lvbert pretrain`'s tiny ELECTRA preset (its note)
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,8 @@ class StudyOptions:
     given: list[str] | None = field(default=None, compare=False)
 
     def budget(self) -> Budget:
-        preset = BUDGETS["quick" if self.quick else "tiny"]
+        name = "quick" if self.quick else "tiny"
+        preset = BUDGETS.get(f"{name}-{getattr(self, 'objective', 'mlm')}", BUDGETS[name])
         values = {k: preset[k] if getattr(self, k) is None else getattr(self, k) for k in preset}
         budget = Budget(**values)
         budget.check()
