@@ -199,10 +199,38 @@ def test_downstream_quick_and_model_store_reuse(trained, tmp_path, capsys):
     assert json.loads((out / "downstream.json").read_text()) == res and "finished earlier" not in err
 
     stamps = {p: p.stat().st_mtime_ns for p in store.glob("*/meta.json")}
-    code, _, err = run_cli(["study", "downstream", "--archs", "bert", "--out", str(tmp_path / "again"), *common],
-                           capsys)
+    again = tmp_path / "again"
+    code, _, err = run_cli(["study", "downstream", "--archs", "bert", "--pretrain-seeds", "0", "1", "--out",
+                            str(again), *common], capsys)
     assert code == 0, err
-    assert {p: p.stat().st_mtime_ns for p in store.glob("*/meta.json")} == stamps  # bert reused from the store
+    new = {p: p.stat().st_mtime_ns for p in store.glob("*/meta.json")}
+    assert {p: new[p] for p in stamps} == stamps  # bert with seed 0 reused from the store ...
+    assert len(new) == 3 and [p.parent.name for p in set(new) - set(stamps)][0].startswith(("sfsf", "fsfs"))
+    res = json.loads((again / "downstream.json").read_text())  # ... seed 1 pre-trained, each model fine-tuned
+    (row,) = res["rows"]
+    assert res["pretrain_seeds"] == [0, 1] and [x["seed"] for x in row["pretrain"]] == [0, 1]
+    assert len({x["run"] for x in row["pretrain"]}) == 2 and "-seed1-" in row["pretrain"][1]["run"]
+    assert len(row["tasks"]["sotu-era"]["per_seed"]) == 4 and set(row["tasks"]["sotu-era"]["per_pretrain_seed"]) == {"0", "1"}
+    assert row["mlm_acc"] == pytest.approx(np.median([x["mlm_acc"] for x in row["pretrain"]]))
+    assert all((again / "finetune" / f"bert-pretrain{p}" / "results.json").is_file() for p in (0, 1))
+    assert "pre-training seeds 0, 1" in (again / "downstream.md").read_text()
+
+
+def test_compare_with_several_pretraining_seeds():
+    from nni_lvbert.study.downstream import _row, compare
+
+    def seeds(accs, scores):
+        return [{"seed": i, "run": f"r{i}", "mlm_acc": a, "disc_auc": None, "tasks": {"t": s}}
+                for i, (a, s) in enumerate(zip(accs, scores))]
+
+    a = _row("searched", "cc", 10, seeds([0.30, 0.32], [[60, 61], [59, 62]]))
+    b = _row("bert", "ss", 10, seeds([0.20, 0.21], [[61, 58], [60, 57]]))
+    assert a["tasks"]["t"]["per_seed"] == [60, 61, 59, 62] and a["tasks"]["t"]["median"] == 60.5
+    assert a["tasks"]["t"]["per_pretrain_seed"] == {"0": 60.5, "1": 60.5} and a["mlm_acc"] == pytest.approx(0.31)
+    comp = compare([a, b])
+    assert comp["tasks"]["t"]["bert"] == {"diff_median": 1.5, "beyond_seed_spread": False}  # ranges overlap
+    assert comp["mlm"]["bert"]["beyond_seed_spread"] and comp["mlm"]["bert"]["diff_median"] == pytest.approx(0.105)
+    assert "mlm" not in compare([_row("x", "cc", 1, seeds([0.3], [[1]])), _row("y", "ss", 1, seeds([0.2], [[2]]))])
 
 
 def test_study_bad_input_is_one_line(trained, tmp_path, capsys):

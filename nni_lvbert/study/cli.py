@@ -94,6 +94,9 @@ def _downstream_args(p) -> None:
     p.add_argument("--task", dest="tasks", nargs="+", default=["sotu-era"],
                    help="fine-tuning tasks (default the embedded sotu-era; any `lvbert finetune --task`)")
     p.add_argument("--task-data", default=None, metavar="PATH", help="the tasks' data (`lvbert finetune --data`)")
+    p.add_argument("--pretrain-seeds", type=int, nargs="+", default=None,
+                   help="pre-training seeds: each arch is pre-trained once per seed and each model fine-tuned with "
+                        "every --ft-seeds (default: --seed only)")
     p.add_argument("--ft-seeds", type=int, nargs="+", default=None, help="fine-tuning seeds (default 0 1 2)")
     p.add_argument("--ft-max-steps", type=int, default=None, help="cap on steps per fine-tuning run")
 

@@ -1,10 +1,12 @@
 """`lvbert study downstream`: the searched order against the baselines after stand-alone pre-training.
 
-Each architecture is pre-trained from scratch with one budget (MLM or ELECTRA, the size's shape, the same data and
-seed) into the model store, scored by MLM accuracy on the same fixed-masked validation tokens (ELECTRA: its
-generator's), then fine-tuned on each task with several seeds (`lvbert finetune`, OUT/finetune/<arch>/). The table
-gives the median and the min-max range over seeds, and for every arch whether its difference from the searched one
-is larger than the seed spread (the two min-max ranges do not overlap).
+Each architecture is pre-trained from scratch with one budget (MLM or ELECTRA, the size's shape, the same data)
+into the model store, once per pre-training seed (`--pretrain-seeds`, default `--seed`), scored by MLM accuracy on
+the same fixed-masked validation tokens (ELECTRA: its generator's), then each model is fine-tuned on each task with
+several seeds (`lvbert finetune`, OUT/finetune/<arch>/, or OUT/finetune/<arch>-pretrain<seed>/ with several
+pre-training seeds). The table gives the median and the min-max range over every (pre-training seed, fine-tuning
+seed) run, and for every arch whether its difference from the searched one is larger than that spread (the two
+min-max ranges do not overlap).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class DownstreamOptions(StudyOptions):
     cache_dir: str | None = None
     tasks: list[str] = field(default_factory=lambda: ["sotu-era"])
     task_data: str | None = None
+    pretrain_seeds: list[int] | None = None  # default [seed]
     ft_seeds: list[int] | None = None  # default 0 1 2 (quick: 0 1)
     ft_max_steps: int | None = None  # cap per fine-tuning run (quick: 4)
     slots: int = 24  # depth of the named baselines (a searched arch brings its own)
@@ -82,67 +85,96 @@ def run_downstream(opts: DownstreamOptions) -> dict:
     out = start(opts)
     batches, val_stats = validation_batches(str(data.path), cfg, opts.val_tokens)
 
+    pretrain_seeds = list(opts.pretrain_seeds or [opts.seed])
+    if len(set(pretrain_seeds)) != len(pretrain_seeds):
+        raise UserError("a seed is listed twice in --pretrain-seeds")
     rows = []
     for i, (label, letters) in enumerate(archs):
-        spec = Standalone(arch=letters, objective=opts.objective, size=opts.size, model_config=cfg.to_dict(),
-                          budget=budget, data=str(data.path), seed=opts.seed, data_seed=opts.data_seed)
-        log(f"[{i + 1}/{len(archs)}] {label} ({letters}): stand-alone {opts.objective.upper()} pre-training")
-        run = train_standalone(spec, opts.store(), opts.progress)
-        meta = read_json(run / "meta.json")
-        ft_dir = out / "finetune" / label
-        log(f"[{i + 1}/{len(archs)}] {label}: fine-tuning on {', '.join(opts.tasks)}, seeds {ft_seeds}")
-        if not (ft_dir / "results.json").is_file() or read_json(ft_dir / "results.json").get("model") != str(run / "hf"):
-            resume = (ft_dir / "options.json").is_file()
-            finetune(FinetuneOptions(model=str(run / "hf"), tasks=list(opts.tasks), data=opts.task_data,
-                                     run_dir=str(ft_dir), seeds=list(ft_seeds), max_length=cfg.max_length,
-                                     max_steps=ft_cap, max_train_examples=64 if opts.quick else None,
-                                     accelerator="cpu", progress=opts.progress, resume=resume,
-                                     overwrite=not resume and ft_dir.exists()))
-        ft = read_json(ft_dir / "results.json")
-        final = meta.get("final", {})
-        rows.append({"label": label, "arch": letters, "run": str(run),
-                     "backbone_params": param_counts(cfg, parse_arch(letters))["backbone"],
-                     "mlm_acc": standalone_accuracy(run, batches),
-                     "disc_auc": final.get("val_disc_auc"),
-                     "tasks": {t: {"median": r["score_median"],
-                                   "per_seed": [r["score_per_seed"][str(s)] for s in ft_seeds]}
-                               for t, r in ft["tasks"].items()}})
+        per_seed = []  # one entry per pre-training seed
+        for p in pretrain_seeds:
+            spec = Standalone(arch=letters, objective=opts.objective, size=opts.size, model_config=cfg.to_dict(),
+                              budget=budget, data=str(data.path), seed=p, data_seed=opts.data_seed)
+            tag = f"{label}" + (f", pre-training seed {p}" if len(pretrain_seeds) > 1 else "")
+            log(f"[{i + 1}/{len(archs)}] {tag} ({letters}): stand-alone {opts.objective.upper()} pre-training")
+            run = train_standalone(spec, opts.store(), opts.progress)
+            ft_dir = out / "finetune" / (label if len(pretrain_seeds) == 1 else f"{label}-pretrain{p}")
+            log(f"[{i + 1}/{len(archs)}] {tag}: fine-tuning on {', '.join(opts.tasks)}, seeds {ft_seeds}")
+            if (not (ft_dir / "results.json").is_file()
+                    or read_json(ft_dir / "results.json").get("model") != str(run / "hf")):
+                resume = (ft_dir / "options.json").is_file()
+                finetune(FinetuneOptions(model=str(run / "hf"), tasks=list(opts.tasks), data=opts.task_data,
+                                         run_dir=str(ft_dir), seeds=list(ft_seeds), max_length=cfg.max_length,
+                                         max_steps=ft_cap, max_train_examples=64 if opts.quick else None,
+                                         accelerator="cpu", progress=opts.progress, resume=resume,
+                                         overwrite=not resume and ft_dir.exists()))
+            ft = read_json(ft_dir / "results.json")
+            per_seed.append({"seed": p, "run": str(run), "mlm_acc": standalone_accuracy(run, batches),
+                             "disc_auc": read_json(run / "meta.json").get("final", {}).get("val_disc_auc"),
+                             "tasks": {t: [r["score_per_seed"][str(s)] for s in ft_seeds]
+                                       for t, r in ft["tasks"].items()}})
+        rows.append(_row(label, letters, param_counts(cfg, parse_arch(letters))["backbone"], per_seed))
     result = {"study": "downstream", "size": opts.size, "objective": opts.objective, "budget": budget.__dict__,
               "seed": opts.seed, "data": str(data.path), "validation": val_stats, "tasks": list(opts.tasks),
-              "ft_seeds": ft_seeds, "ft_max_steps": ft_cap, "rows": rows, "comparisons": compare(rows)}
+              "pretrain_seeds": pretrain_seeds, "ft_seeds": ft_seeds, "ft_max_steps": ft_cap, "rows": rows,
+              "comparisons": compare(rows)}
     _report(result, out)
     write_json_atomic(out / RESULT, result)
     return result
 
 
+def _row(label: str, letters: str, backbone_params: int, per_seed: list[dict]) -> dict:
+    """One arch's row: MLM accuracy (median over pre-training seeds) and, per task, every (pre-training seed,
+    fine-tuning seed) score in `per_seed` (pre-training seed major) with their median; one pre-training seed gives
+    the single-seed layout of before (plus `pretrain`)."""
+    accs = [s["mlm_acc"] for s in per_seed]
+    aucs = [s["disc_auc"] for s in per_seed if s["disc_auc"] is not None]
+    tasks = {}
+    for t in per_seed[0]["tasks"]:
+        values = [v for s in per_seed for v in s["tasks"][t]]
+        tasks[t] = {"median": statistics.median(values), "per_seed": values,
+                    "per_pretrain_seed": {str(s["seed"]): statistics.median(s["tasks"][t]) for s in per_seed}}
+    return {"label": label, "arch": letters, "run": per_seed[0]["run"], "backbone_params": backbone_params,
+            "mlm_acc": statistics.median(accs), "disc_auc": statistics.median(aucs) if aucs else None,
+            "pretrain": [{k: s[k] for k in ("seed", "run", "mlm_acc", "disc_auc")} for s in per_seed],
+            "tasks": tasks}
+
+
 def compare(rows: list[dict]) -> dict:
-    """Per task, every arch against the first row (the searched one when listed first): difference of medians and
-    whether it exceeds the seed spread (min-max ranges over seeds do not overlap)."""
+    """Every arch against the first row (the searched one when listed first): per task the difference of medians
+    and whether it exceeds the seed spread (min-max ranges over all runs do not overlap); with several
+    pre-training seeds the same for MLM accuracy over them (`mlm`)."""
     if not rows:
         return {}
+
+    def versus(a: list[float], b: list[float]) -> dict:
+        return {"diff_median": statistics.median(a) - statistics.median(b),
+                "beyond_seed_spread": max(a) < min(b) or max(b) < min(a)}
+
     ref = rows[0]
-    out = {}
-    for task in ref["tasks"]:
-        a = ref["tasks"][task]["per_seed"]
-        out[task] = {}
-        for r in rows[1:]:
-            b = r["tasks"][task]["per_seed"]
-            separated = max(a) < min(b) or max(b) < min(a)
-            out[task][r["label"]] = {"diff_median": statistics.median(a) - statistics.median(b),
-                                     "beyond_seed_spread": separated}
-    return {"reference": ref["label"], "tasks": out}
+    out = {"reference": ref["label"],
+           "tasks": {t: {r["label"]: versus(ref["tasks"][t]["per_seed"], r["tasks"][t]["per_seed"])
+                         for r in rows[1:]} for t in ref["tasks"]}}
+    if len(ref.get("pretrain", [])) > 1:
+        accs = [[s["mlm_acc"] for s in r["pretrain"]] for r in rows]
+        out["mlm"] = {r["label"]: versus(accs[0], acc) for r, acc in zip(rows[1:], accs[1:])}
+    return out
 
 
 def _report(result: dict, out: Path) -> None:
     rows, tasks = result["rows"], result["tasks"]
     comp = result["comparisons"]
     ref = comp.get("reference")
-    header = ["arch", "letters", "backbone params", "MLM acc"] + [f"{t} median [min–max]" for t in tasks]
+    seeds = result.get("pretrain_seeds", [result["seed"]])
+    several = len(seeds) > 1
+    header = (["arch", "letters", "backbone params", "MLM acc" + (" median [min–max]" if several else "")]
+              + [f"{t} median [min–max]" for t in tasks])
     if ref:
         header += [f"{t}: {ref} − this" for t in tasks]
     body = []
     for r in rows:
-        line = [r["label"], f"`{r['arch']}`", f"{r['backbone_params'] / 1e6:.2f}M", r["mlm_acc"]]
+        accs = [x["mlm_acc"] for x in r.get("pretrain", [])]
+        mlm = f"{r['mlm_acc']:.4f} [{min(accs):.4f}–{max(accs):.4f}]" if several else r["mlm_acc"]
+        line = [r["label"], f"`{r['arch']}`", f"{r['backbone_params'] / 1e6:.2f}M", mlm]
         for t in tasks:
             v = r["tasks"][t]
             line.append(f"{v['median']:.2f} [{min(v['per_seed']):.2f}–{max(v['per_seed']):.2f}]")
@@ -155,21 +187,30 @@ def _report(result: dict, out: Path) -> None:
     b = result["budget"]
     md = [f"# Stand-alone {result['objective'].upper()} pre-training, then fine-tuning ({result['size']})\n",
           f"Every arch: {b['steps']} steps, batch {b['batch_size']}, lr {b['lr']:g}, warm-up {b['warmup_steps']}, "
-          f"seed {result['seed']}; MLM accuracy on the same {result['validation']['masked_tokens']} masked validation "
-          f"tokens; fine-tuning seeds {result['ft_seeds']}.\n", markdown_table(header, body)]
+          f"pre-training seed{'s' if several else ''} {', '.join(map(str, seeds))}; MLM accuracy on the same "
+          f"{result['validation']['masked_tokens']} masked validation tokens; fine-tuning seeds {result['ft_seeds']}"
+          f"{' of every pre-trained model (medians and ranges over all of these runs)' if several else ''}.\n",
+          markdown_table(header, body)]
     write_text_atomic(out / "downstream.md", "\n".join(md))
     plt = pyplot()
     n = 1 + len(tasks)
     fig, axes = plt.subplots(1, n, figsize=(3.6 * n, 3.6), squeeze=False)
     labels = [r["label"] for r in rows]
-    axes[0][0].bar(labels, [r["mlm_acc"] for r in rows], color="tab:gray")
-    axes[0][0].set_title("stand-alone MLM accuracy", fontsize=10)
+    if several:
+        accs = [[x["mlm_acc"] for x in r["pretrain"]] for r in rows]
+        mid = [r["mlm_acc"] for r in rows]
+        axes[0][0].bar(labels, mid, color="tab:gray", capsize=4,
+                       yerr=[[m - min(a) for m, a in zip(mid, accs)], [max(a) - m for m, a in zip(mid, accs)]])
+        axes[0][0].set_title("stand-alone MLM accuracy\n(median, min–max over pre-training seeds)", fontsize=10)
+    else:
+        axes[0][0].bar(labels, [r["mlm_acc"] for r in rows], color="tab:gray")
+        axes[0][0].set_title("stand-alone MLM accuracy", fontsize=10)
     for ax, t in zip(axes[0][1:], tasks):
         med = [r["tasks"][t]["median"] for r in rows]
         lo = [m - min(r["tasks"][t]["per_seed"]) for m, r in zip(med, rows)]
         hi = [max(r["tasks"][t]["per_seed"]) - m for m, r in zip(med, rows)]
         ax.bar(labels, med, yerr=[lo, hi], capsize=4)
-        ax.set_title(f"{t}: median, min–max over seeds", fontsize=10)
+        ax.set_title(f"{t}: median, min–max over {'all runs' if several else 'seeds'}", fontsize=10)
     for ax in axes[0]:
         ax.tick_params(axis="x", rotation=35, labelsize=8)
         ax.grid(alpha=0.3, axis="y")
