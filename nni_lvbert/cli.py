@@ -31,6 +31,27 @@ COMMANDS = [
 ]
 
 
+STACK_DUMP_ENV = "LVBERT_STACK_DUMP_AFTER"  # seconds: print every thread's stack to stderr that often
+
+
+def arm_stack_dumps(file=None) -> float | None:
+    """With $LVBERT_STACK_DUMP_AFTER=S, every S seconds print each thread's Python stack to stderr (or `file`):
+    where a run that prints nothing is waiting (`benchmarks/gpu_smoke.py` sets it). Returns S, or None when unset."""
+    import faulthandler
+
+    value = os.environ.get(STACK_DUMP_ENV)
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+        if seconds <= 0:
+            raise ValueError
+    except ValueError:
+        raise UserError(f"${STACK_DUMP_ENV} must be a positive number of seconds, got {value!r}") from None
+    faulthandler.dump_traceback_later(seconds, repeat=True, file=file or sys.stderr)
+    return seconds
+
+
 def quiet_known_warnings() -> None:
     ignore_nni_import_warnings()  # NNI 3.0's harmless "... is found to be not a nn.Module" (see nni_compat)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -57,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    armed = None
     try:
+        armed = arm_stack_dumps()
         result = args.func(args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -65,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        if armed:
+            import faulthandler
+
+            faulthandler.cancel_dump_traceback_later()
     return int(result or 0)
 
 

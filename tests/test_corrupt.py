@@ -376,3 +376,26 @@ def test_weights_helpers_tell_damage_from_mismatch(tmp_path):
                  lambda: safeio.open_weights(path).__enter__()):
         with pytest.raises(UserError, match=r"w\.safetensors is damaged or truncated \(\d+ of \d+ bytes\); train"):
             read()
+
+
+def test_stack_dumps_every_few_seconds_when_asked(tmp_path, monkeypatch, capsys):
+    """$LVBERT_STACK_DUMP_AFTER (set by benchmarks/gpu_smoke.py) prints every thread's stack while a run waits."""
+    import faulthandler
+    import time
+
+    from nni_lvbert.cli import STACK_DUMP_ENV, arm_stack_dumps, main
+
+    monkeypatch.delenv(STACK_DUMP_ENV, raising=False)
+    assert arm_stack_dumps() is None
+    monkeypatch.setenv(STACK_DUMP_ENV, "0.2")
+    with open(tmp_path / "dump.txt", "w") as f:
+        try:
+            assert arm_stack_dumps(f) == 0.2
+            time.sleep(0.7)
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+    text = (tmp_path / "dump.txt").read_text()
+    assert text.count("Timeout (0:00:00.200000)!") >= 2 and "test_stack_dumps_every_few_seconds" in text
+    monkeypatch.setenv(STACK_DUMP_ENV, "soon")
+    assert main(["search", "space-json", "--space", "lvbert"]) == 2
+    assert "LVBERT_STACK_DUMP_AFTER must be a positive number of seconds, got 'soon'" in capsys.readouterr().err
