@@ -155,6 +155,10 @@ def finetune(opts: FinetuneOptions) -> dict:
     ranks > 0: they adopt rank 0's options, join each run's training and leave every file to rank 0."""
     rank_zero = launcher_is_rank_zero()
     opts = begin(opts) if rank_zero else adopt(KIND, opts)
+    if not opts.progress:  # --no-progress: no bar at all, transformers' "Loading weights" bar included
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     config, tok, tasks = check(opts)
     out = Path(opts.run_dir)
     if rank_zero:
