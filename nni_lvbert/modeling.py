@@ -69,6 +69,8 @@ class MaskedLMMixin:
     def encode(self, input_ids, attention_mask=None, token_type_ids=None, start: int = 0, hidden=None):
         """Hidden states after all slots; `start`/`hidden` resume from a cached prefix of slots."""
         mask = attention_mask.bool() if attention_mask is not None else None
+        if mask is not None and bool(mask.all()):
+            mask = None  # nothing padded: one host sync here instead of one per layer (sdpa_mask); same results
         x = self.embeddings(input_ids, token_type_ids) if hidden is None else hidden
         for layer in list(self.layers)[start:]:
             x = layer(x, mask)
