@@ -164,7 +164,8 @@ def _check_pretrain(opts: PipelineOptions) -> None:
         return
     if opts.pretrain not in OBJECTIVES:
         raise UserError(f"--pretrain must be one of {', '.join(OBJECTIVES)}, got {opts.pretrain!r}")
-    if str(opts.devices) != "1" and "LOCAL_RANK" in os.environ:  # started by torchrun/SLURM, not by Lightning
+    outside = "LOCAL_RANK" in os.environ or int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1  # torchrun / srun
+    if str(opts.devices) != "1" and outside:  # the ranks were started from outside, not by Lightning's launcher
         raise UserError("--pretrain with several devices needs Lightning's own launcher (plain `lvbert run "
                         "--devices N`); under torchrun/SLURM pre-train afterwards with `lvbert pretrain --arch "
                         "OUT/search/best_arch.json --devices N`")

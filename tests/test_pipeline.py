@@ -87,8 +87,10 @@ def test_pretrain_on_several_devices_under_an_outside_launcher_is_one_line(tmp_p
                                                                            monkeypatch):
     """Under torchrun (LOCAL_RANK set before anything started) rank 0 cannot launch new ranks for --pretrain."""
     out = tmp_path / "run"
-    monkeypatch.setenv("LOCAL_RANK", "0")
-    assert main(run_args(out, cache_dir, 4, "--devices", "2", "--pretrain", "mlm")) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and "torchrun" in err[0], err
-    assert not out.exists()
+    for var, value in (("LOCAL_RANK", "0"), ("SLURM_NTASKS", "2")):
+        with monkeypatch.context() as m:
+            m.setenv(var, value)
+            assert main(run_args(out, cache_dir, 4, "--devices", "2", "--pretrain", "mlm")) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and "torchrun" in err[0], err
+        assert not out.exists()
