@@ -248,6 +248,9 @@ def test_study_bad_input_is_one_line(trained, tmp_path, capsys):
     code, _, err = run_cli(["study", "downstream", "--quick", "--archs", "bert", "--objective", "xlnet",
                             "--out", str(out)], capsys)
     assert code == 2 and "unknown objective" in one_error_line(err) and not out.exists()
+    code, _, err = run_cli(["study", "downstream", "--quick", "--archs", "bert", "--pretrain-seeds", "1", "1",
+                            "--out", str(out)], capsys)
+    assert code == 2 and "listed twice in --pretrain-seeds" in one_error_line(err) and not out.exists()
     bad = tmp_path / "bad.json"
     bad.write_text('{"hidden_size": 32, "bogus": 1}')
     for config, message in ((tmp_path / "nope.json", "not found"), (bad, "unknown model config keys: bogus")):

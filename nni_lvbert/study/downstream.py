@@ -75,6 +75,9 @@ def run_downstream(opts: DownstreamOptions) -> dict:
     if opts.objective not in OBJECTIVES:
         raise UserError(f"unknown objective {opts.objective!r}; choose one of {', '.join(OBJECTIVES)}")
     budget = opts.budget()
+    pretrain_seeds = list(opts.pretrain_seeds or [opts.seed])
+    if len(set(pretrain_seeds)) != len(pretrain_seeds):
+        raise UserError("a seed is listed twice in --pretrain-seeds")
     cfg = load_size(opts.size, dropout=budget.dropout, attention_dropout=budget.dropout)
     archs = _resolve_archs(opts, opts.slots)
     ft_seeds = opts.ft_seeds or ([0, 1] if opts.quick else [0, 1, 2])
@@ -85,9 +88,6 @@ def run_downstream(opts: DownstreamOptions) -> dict:
     out = start(opts)
     batches, val_stats = validation_batches(str(data.path), cfg, opts.val_tokens)
 
-    pretrain_seeds = list(opts.pretrain_seeds or [opts.seed])
-    if len(set(pretrain_seeds)) != len(pretrain_seeds):
-        raise UserError("a seed is listed twice in --pretrain-seeds")
     rows = []
     for i, (label, letters) in enumerate(archs):
         per_seed = []  # one entry per pre-training seed
