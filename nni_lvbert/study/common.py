@@ -34,7 +34,6 @@ BUDGETS = {
     "quick": dict(steps=30, lr=2e-3, warmup_steps=3, batch_size=8, dropout=0.0),
     "tiny": dict(steps=1500, lr=2e-3, warmup_steps=100, batch_size=32, dropout=0.0),
 }
-BUDGETS["tiny-electra"] = {**BUDGETS["tiny"], "lr": 5e-4}  # as `lvbert pretrain`'s tiny ELECTRA preset (its note)
 
 
 @dataclass(frozen=True)
@@ -80,8 +79,11 @@ class StudyOptions:
     given: list[str] | None = field(default=None, compare=False)
 
     def budget(self) -> Budget:
-        name = "quick" if self.quick else "tiny"
-        preset = BUDGETS.get(f"{name}-{getattr(self, 'objective', 'mlm')}", BUDGETS[name])
+        preset = dict(BUDGETS["quick" if self.quick else "tiny"])
+        if not self.quick and getattr(self, "objective", "mlm") == "electra":
+            from ..pretrain.train import PretrainOptions  # one home for ELECTRA's tiny lr (see its preset's note)
+
+            preset["lr"] = PretrainOptions(size="tiny", objective="electra").resolved("lr")
         values = {k: preset[k] if getattr(self, k) is None else getattr(self, k) for k in preset}
         budget = Budget(**values)
         budget.check()
