@@ -83,6 +83,37 @@ def test_a_model_being_trained_by_another_study_is_waited_for_not_trained_twice(
     thread.join()
 
 
+def test_two_studies_on_one_store_split_the_models_between_them(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from nni_lvbert.study import common
+    from nni_lvbert.study.common import Budget, Standalone, train_all
+
+    specs = [(arch, Standalone(arch=arch, objective="mlm", size="tiny", model_config={},
+                               budget=Budget(1, 1e-3, 0, 1), data=str(tmp_path), seed=0, data_seed=0))
+             for arch in ("sfsf", "ffss", "cccc", "sccs")]
+    trained = []
+
+    def fake_train(spec, path, store, progress, resume):
+        trained.append((threading.current_thread().name, spec.arch))
+        time.sleep(0.3)
+        path.mkdir()
+        (path / "meta.json").write_text("{}")
+
+    monkeypatch.setattr(common, "_train", fake_train)
+    results = {}
+    studies = [threading.Thread(target=lambda n=n: results.__setitem__(n, train_all(specs, tmp_path, False)),
+                                name=f"study{n}") for n in range(2)]
+    for t in studies:
+        t.start()
+    for t in studies:
+        t.join()
+    assert sorted(a for _, a in trained) == sorted(a for a, _ in specs)  # each model trained once
+    assert {who for who, _ in trained} == {"study0", "study1"}  # by both studies
+    assert results[0] == results[1] == [tmp_path / s.dirname() for _, s in specs]
+
+
 def test_electra_studies_take_the_tiny_electra_lr():
     from nni_lvbert.pretrain.train import PretrainOptions
     from nni_lvbert.study.downstream import DownstreamOptions

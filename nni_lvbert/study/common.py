@@ -143,32 +143,60 @@ class Standalone:
         return f"{self.arch}-{self.objective}-seed{self.seed}-{self.key()}"
 
 
-def train_standalone(spec: Standalone, store: Path, progress: bool = True) -> Path:
-    """Pre-train `spec` from scratch into the store (skipped when finished, resumed when interrupted)."""
+def train_standalone(spec: Standalone, store: Path, progress: bool = True, wait: bool = True) -> Path | None:
+    """Pre-train `spec` from scratch into the store (skipped when finished, resumed when interrupted). While another
+    process trains it: wait for that (default), or with wait=False return None at once."""
     path = store / spec.dirname()
     if RunDir(path, "pretrain").state() == "done":
         return path
     store.mkdir(parents=True, exist_ok=True)
-    with store_lock(store / f".{spec.dirname()}.lock"):  # another study sharing the store may be training it
+    with store_lock(store / f".{spec.dirname()}.lock", wait) as held:  # another study sharing the store may be training it
+        if not held:
+            return None
         state = RunDir(path, "pretrain").state()
         if state != "done":
             _train(spec, path, store, progress, resume=state == "resume" and (path / OPTIONS).is_file())
     return path
 
 
+def train_all(specs: list[tuple[str, Standalone]], store: Path, progress: bool = True) -> list[Path]:
+    """Pre-train every (description, spec), each once. A model that another process is training right now is left
+    for later and the next one is trained meanwhile, so the same study started twice on one store (one process per
+    core or GPU) splits the models between the processes instead of queueing behind one another."""
+    pending = list(enumerate(specs))
+    while pending:
+        deferred = []
+        for i, (what, spec) in pending:
+            log(f"[{i + 1}/{len(specs)}] {what}")
+            if train_standalone(spec, store, progress, wait=False) is None:
+                log(f"[{i + 1}/{len(specs)}] being trained by another process; left for later")
+                deferred.append((i, (what, spec)))
+        if deferred and len(deferred) == len(pending):  # every one left is held elsewhere: wait for the first
+            i, (what, spec) = deferred.pop(0)
+            log(f"[{i + 1}/{len(specs)}] waiting for the other process to finish it")
+            train_standalone(spec, store, progress)
+        pending = deferred
+    return [store / spec.dirname() for _, spec in specs]
+
+
 @contextlib.contextmanager
-def store_lock(path: Path):
+def store_lock(path: Path, wait: bool = True):
     """An exclusive lock (flock: released when the holder exits, even by kill -9), so studies running side by side
-    on one model store train each model once; waits while another process holds it."""
+    on one model store train each model once. Yields True once held; with wait=False it yields False at once when
+    another process holds it."""
     try:
         import fcntl
     except ImportError:  # no flock (Windows): one study per store at a time
-        yield
+        yield True
         return
     with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..rundir import read_json, write_json_atomic, write_text_atomic
 from .common import (Standalone, StudyOptions, begin, log, markdown_table, pyplot, save_figure, standalone_accuracy,
-                     start, train_standalone, validation_batches)
+                     start, train_all, validation_batches)
 
 RESULT = "downstream.json"
 DEFAULT_ARCHS = ["searched", "bert", "dynamicconv", "lvbert-small", "sandwich"]
@@ -88,17 +88,24 @@ def run_downstream(opts: DownstreamOptions) -> dict:
     out = start(opts)
     batches, val_stats = validation_batches(str(data.path), cfg, opts.val_tokens)
 
+    specs = {(label, p): Standalone(arch=letters, objective=opts.objective, size=opts.size,
+                                    model_config=cfg.to_dict(), budget=budget, data=str(data.path), seed=p,
+                                    data_seed=opts.data_seed)
+             for label, letters in archs for p in pretrain_seeds}
+
+    def tag(label: str, p: int) -> str:
+        return label + (f", pre-training seed {p}" if len(pretrain_seeds) > 1 else "")
+
+    runs = dict(zip(specs, train_all([(f"{tag(label, p)} ({spec.arch}): stand-alone {opts.objective.upper()} "
+                                       "pre-training", spec) for (label, p), spec in specs.items()],
+                                     opts.store(), opts.progress)))
     rows = []
     for i, (label, letters) in enumerate(archs):
         per_seed = []  # one entry per pre-training seed
         for p in pretrain_seeds:
-            spec = Standalone(arch=letters, objective=opts.objective, size=opts.size, model_config=cfg.to_dict(),
-                              budget=budget, data=str(data.path), seed=p, data_seed=opts.data_seed)
-            tag = f"{label}" + (f", pre-training seed {p}" if len(pretrain_seeds) > 1 else "")
-            log(f"[{i + 1}/{len(archs)}] {tag} ({letters}): stand-alone {opts.objective.upper()} pre-training")
-            run = train_standalone(spec, opts.store(), opts.progress)
+            run = runs[label, p]
             ft_dir = out / "finetune" / (label if len(pretrain_seeds) == 1 else f"{label}-pretrain{p}")
-            log(f"[{i + 1}/{len(archs)}] {tag}: fine-tuning on {', '.join(opts.tasks)}, seeds {ft_seeds}")
+            log(f"[{i + 1}/{len(archs)}] {tag(label, p)}: fine-tuning on {', '.join(opts.tasks)}, seeds {ft_seeds}")
             if (not (ft_dir / "results.json").is_file()
                     or read_json(ft_dir / "results.json").get("model") != str(run / "hf")):
                 resume = (ft_dir / "options.json").is_file()

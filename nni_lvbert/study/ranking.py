@@ -17,7 +17,7 @@ from ..arch import NAMED_ARCHS, Arch
 from ..errors import UserError
 from ..rundir import read_json, write_json_atomic, write_text_atomic
 from .common import (Standalone, StudyOptions, begin, log, markdown_table, pyplot, rank_correlations, save_figure,
-                     standalone_accuracy, start, train_standalone)
+                     standalone_accuracy, start, train_all)
 
 POOL = "pool.json"
 RESULT = "ranking.json"
@@ -117,15 +117,15 @@ def run_ranking(opts: RankingOptions) -> dict:
 
     size = scorer.meta.get("size")  # the supernet's training preset; its shape comes from model_config.json
     size = size if size in size_names() else scorer.spec.size
-    rows = []
-    for i, (arch, role) in enumerate(sorted(chosen.items(), key=lambda kv: -inherited[kv[0]])):
-        spec = Standalone(arch=arch.compact, objective="mlm", size=size, model_config=scorer.cfg.to_dict(),
-                          budget=budget, data=data, seed=opts.seed, data_seed=opts.data_seed)
-        log(f"[{i + 1}/{len(chosen)}] stand-alone MLM training of {arch.compact} ({role})")
-        path = train_standalone(spec, opts.store(), opts.progress)
-        acc = standalone_accuracy(path, scorer.batches)
-        rows.append({"arch": arch.compact, "role": role, "inherited": inherited[arch], "standalone": acc,
-                     "run": str(path)})
+    order = sorted(chosen.items(), key=lambda kv: -inherited[kv[0]])
+    specs = [(f"stand-alone MLM training of {arch.compact} ({role})",
+              Standalone(arch=arch.compact, objective="mlm", size=size, model_config=scorer.cfg.to_dict(),
+                         budget=budget, data=data, seed=opts.seed, data_seed=opts.data_seed))
+             for arch, role in order]
+    paths = train_all(specs, opts.store(), opts.progress)
+    rows = [{"arch": arch.compact, "role": role, "inherited": inherited[arch],
+             "standalone": standalone_accuracy(path, scorer.batches), "run": str(path)}
+            for (arch, role), path in zip(order, paths)]
     stats = rank_correlations([r["inherited"] for r in rows], [r["standalone"] for r in rows], seed=opts.seed)
     result = {"study": "ranking", "supernet": str(Path(opts.supernet).resolve()), "size": size,
               "budget": budget.__dict__, "seed": opts.seed, "data": data, "validation": scorer.val_stats,
