@@ -81,6 +81,10 @@ class TrainOptions(DataOptions):
     def preset(self) -> dict:
         return self.PRESETS["tiny" if self.size == "tiny" else "paper"]
 
+    def stored_presets(self) -> list[str]:
+        """The options a new run writes out from the size's preset when not given (`with_presets`)."""
+        return [k for k in self.preset() if k not in self.MAY_CHANGE]
+
     def resolved(self, key: str):
         value = getattr(self, key)
         return self.preset()[key] if value is None else value
@@ -100,13 +104,23 @@ def begin(opts: TrainOptions, kind: str) -> TrainOptions:
     return resume_from(opts, run.stored_options(), run.path, may_change=opts.MAY_CHANGE, flags=opts.FLAGS)
 
 
+def with_presets(opts: TrainOptions) -> TrainOptions:
+    """`opts` with each option left to the size's preset written out (hardware and display options excepted), as
+    a new run stores them: its --resume then continues with the values it started with, even under a later
+    version whose presets differ."""
+    import dataclasses
+
+    return dataclasses.replace(opts, **{k: opts.resolved(k) for k in opts.stored_presets()
+                                        if getattr(opts, k, 0) is None})
+
+
 def open_run(opts: TrainOptions, kind: str) -> RunDir:
     """Rank 0, once every option is checked: check/empty/create the run directory, store options.json and publish
     the options to the ranks Lightning's DDP launcher will start. Other ranks only get the RunDir."""
     run = RunDir(opts.run_dir, kind)
     if launcher_is_rank_zero():
         run.prepare(resume=opts.resume, overwrite=opts.overwrite)
-        run.save_options(to_dict(opts))
+        run.save_options(to_dict(opts if opts.resume else with_presets(opts)))
         publish(kind, opts)
     return run
 

@@ -152,6 +152,19 @@ def test_refuses_non_empty_and_contradicting_resume(electra_run, cache_dir, caps
     assert "--arch sfsfsf contradicts" in one_error(capsys)
 
 
+def test_a_run_keeps_the_preset_values_it_started_with(electra_run, monkeypatch):
+    from nni_lvbert.pretrain.train import KIND, PretrainOptions
+    from nni_lvbert.training import begin
+
+    stored = json.loads((electra_run / "options.json").read_text())
+    assert stored["generator_fraction"] == 0.25 and stored["lr"] == 2e-3  # the preset's value, and a given one
+    assert stored["precision"] is None  # hardware options stay open: the next session's machine decides
+    tiny = PretrainOptions.PRESETS["tiny-electra"]
+    monkeypatch.setitem(PretrainOptions.PRESETS, "tiny-electra", {**tiny, "generator_fraction": 0.5})
+    resumed = begin(PretrainOptions(run_dir=str(electra_run), resume=True), KIND)
+    assert resumed.resolved("generator_fraction") == 0.25  # a later version's preset does not reach an old run
+
+
 def test_resume_refuses_data_tokenized_otherwise(electra_run, tmp_path, capsys):
     import shutil
 

@@ -114,6 +114,22 @@ def test_two_studies_on_one_store_split_the_models_between_them(tmp_path, monkey
     assert results[0] == results[1] == [tmp_path / s.dirname() for _, s in specs]
 
 
+def test_stand_alone_trainings_print_no_model_summary(tmp_path, monkeypatch):
+    import logging
+
+    from nni_lvbert.pretrain import train
+    from nni_lvbert.study.common import Budget, Standalone, train_standalone
+
+    summary = logging.getLogger("pytorch_lightning.callbacks.model_summary")
+    seen, before = [], summary.level
+    monkeypatch.setattr(train, "train_pretrain", lambda opts: seen.append(summary.isEnabledFor(logging.INFO)))
+    spec = Standalone(arch="sfsf", objective="mlm", size="tiny", model_config={}, budget=Budget(1, 1e-3, 0, 1),
+                      data=str(tmp_path), seed=0, data_seed=0)
+    train_standalone(spec, tmp_path / "models", progress=False)
+    assert seen == [False]  # a table per model would drown a study's log
+    assert summary.level == before  # and the level is back afterwards
+
+
 def test_electra_studies_take_the_tiny_electra_lr():
     from nni_lvbert.pretrain.train import PretrainOptions
     from nni_lvbert.study.downstream import DownstreamOptions
@@ -166,6 +182,8 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
         assert run.parent.resolve() == (out / "models").resolve() and (run / "meta.json").is_file()
         assert json.loads((run / "options.json").read_text())["max_steps"] == 30
     assert (out / "ranking.png").stat().st_size > 5000 and "Kendall tau" in (out / "ranking.md").read_text()
+    stored = json.loads((out / "options.json").read_text())  # the budget written out: --resume keeps it
+    assert (stored["steps"], stored["lr"], stored["batch_size"]) == (30, 2e-3, 8)
     assert json.loads(stdout.strip().splitlines()[-1])["kendall_tau"] == res["kendall_tau"]
 
     stamps = {p: p.stat().st_mtime_ns for p in (out / "models").glob("*/meta.json")}

@@ -50,6 +50,10 @@ class IOTOptions(TrainOptions):
     gumbel: bool = True
     hpo: dict = field(default_factory=dict)  # parameters received from an nnictl tuner
 
+    def stored_presets(self) -> list[str]:
+        # from a supernet the dropout is the supernet's: --dropout stays unset (and refused, see `_source`)
+        return [k for k in super().stored_presets() if not (self.supernet and k == "dropout")]
+
 
 def check_options(opts: IOTOptions, m: int) -> None:
     checks = [

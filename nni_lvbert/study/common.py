@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import shutil
 import sys
 import warnings
@@ -116,8 +117,8 @@ def start(opts: StudyOptions) -> Path:
     """Create OUT and store the options (only after every input was checked)."""
     out = Path(opts.run_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if not (out / OPTIONS).is_file():
-        write_json_atomic(out / OPTIONS, to_dict(opts))
+    if not (out / OPTIONS).is_file():  # the budget written out: a resumed study keeps it under later presets
+        write_json_atomic(out / OPTIONS, to_dict(dataclasses.replace(opts, **opts.budget().__dict__)))
     return out
 
 
@@ -213,7 +214,13 @@ def _train(spec: Standalone, path: Path, store: Path, progress: bool, resume: bo
         max_steps=b.steps, batch_size=b.batch_size, dropout=b.dropout, val_every=b.steps, val_batches=4,
         ckpt_every=max(1, min(250, b.steps // 4)), progress=progress, resume=resume,
         overwrite=not resume and path.exists(), accelerator="cpu" if _cpu_only() else "auto")
-    train_pretrain(opts)
+    summary = logging.getLogger("pytorch_lightning.callbacks.model_summary")  # a table per model: noise in a study log
+    level = summary.level
+    summary.setLevel(logging.WARNING)
+    try:
+        train_pretrain(opts)
+    finally:
+        summary.setLevel(level)
 
 
 def _cpu_only() -> bool:
