@@ -52,7 +52,8 @@ class TrainOptions(DataOptions):
     # options that may differ between the sessions of one run (hardware, display); any other option given on
     # --resume must equal the stored one
     MAY_CHANGE: ClassVar[frozenset] = frozenset({"devices", "num_nodes", "accelerator", "ddp_strategy", "precision",
-                                                 "num_workers", "progress", "cache_dir", "record_paths", "run_dir"})
+                                                 "num_workers", "progress", "cache_dir", "record_paths", "run_dir",
+                                                 "model_summary"})
     FLAGS: ClassVar[dict[str, str]] = {"progress": "--no-progress", "run_dir": "--out"}
 
     run_dir: str = "runs/run"
@@ -76,6 +77,7 @@ class TrainOptions(DataOptions):
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
+    model_summary: bool = True  # Lightning's table of modules at the start (no flag; a study's many runs skip it)
     given: list[str] | None = field(default=None, compare=False)  # options typed on the command line
 
     def preset(self) -> dict:
@@ -176,7 +178,8 @@ def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), hi
         run.path, max_steps=opts.resolved("max_steps"), devices=devices, n_devices=n_dev, num_nodes=opts.num_nodes,
         accelerator=opts.accelerator, strategy=opts.ddp_strategy, precision=opts.precision,
         val_every=opts.resolved("val_every"), val_batches=opts.resolved("val_batches"),
-        ckpt_every=opts.resolved("ckpt_every"), callbacks=list(callbacks), progress=opts.progress)
+        ckpt_every=opts.resolved("ckpt_every"), callbacks=list(callbacks), progress=opts.progress,
+        model_summary=opts.model_summary)
     ckpt = run / CHECKPOINT
     if opts.resume:
         from .safeio import check_checkpoint
@@ -271,7 +274,7 @@ def atomic_checkpoint_callback(run_dir: Path, every: int):
 
 def build_trainer(run_dir: Path, *, max_steps: int, devices, n_devices: int, accelerator: str, strategy: str | None,
                   precision: str | None, val_every: int, val_batches: int, ckpt_every: int, callbacks: list,
-                  progress: bool, num_nodes: int = 1):
+                  progress: bool, num_nodes: int = 1, model_summary: bool = True):
     """NNI's traced Lightning Trainer with our conventions; returns (trainer, precision)."""
     import torch
     from nni.nas.evaluator.pytorch import Trainer
@@ -286,7 +289,7 @@ def build_trainer(run_dir: Path, *, max_steps: int, devices, n_devices: int, acc
         logger=[CSVLogger(run_dir / "logs", name="", version=_free_name(run_dir / "logs", "csv")),
                 TensorBoardLogger(run_dir / "logs", name="", version="tensorboard")],
         callbacks=[atomic_checkpoint_callback(run_dir, ckpt_every), *callbacks], enable_checkpointing=False,
-        enable_progress_bar=progress, log_every_n_steps=10,
+        enable_progress_bar=progress, enable_model_summary=model_summary, log_every_n_steps=10,
         use_distributed_sampler=False,  # MLMDataModule shards each global batch over ranks itself
     )
     return trainer, precision

@@ -115,19 +115,23 @@ def test_two_studies_on_one_store_split_the_models_between_them(tmp_path, monkey
 
 
 def test_stand_alone_trainings_print_no_model_summary(tmp_path, monkeypatch):
-    import logging
+    from pytorch_lightning.callbacks import ModelSummary
 
     from nni_lvbert.pretrain import train
     from nni_lvbert.study.common import Budget, Standalone, train_standalone
+    from nni_lvbert.training import build_trainer
 
-    summary = logging.getLogger("pytorch_lightning.callbacks.model_summary")
-    seen, before = [], summary.level
-    monkeypatch.setattr(train, "train_pretrain", lambda opts: seen.append(summary.isEnabledFor(logging.INFO)))
+    seen = []
+    monkeypatch.setattr(train, "train_pretrain", lambda opts: seen.append(opts.model_summary))
     spec = Standalone(arch="sfsf", objective="mlm", size="tiny", model_config={}, budget=Budget(1, 1e-3, 0, 1),
                       data=str(tmp_path), seed=0, data_seed=0)
     train_standalone(spec, tmp_path / "models", progress=False)
     assert seen == [False]  # a table per model would drown a study's log
-    assert summary.level == before  # and the level is back afterwards
+    for summary in (True, False):
+        trainer, _ = build_trainer(tmp_path / "t", max_steps=1, devices=1, n_devices=1, accelerator="cpu",
+                                   strategy=None, precision=None, val_every=1, val_batches=1, ckpt_every=1,
+                                   callbacks=[], progress=False, model_summary=summary)
+        assert any(isinstance(c, ModelSummary) for c in trainer.callbacks) == summary
 
 
 def test_electra_studies_take_the_tiny_electra_lr():

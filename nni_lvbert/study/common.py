@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import logging
 import shutil
 import sys
 import warnings
@@ -213,14 +212,9 @@ def _train(spec: Standalone, path: Path, store: Path, progress: bool, resume: bo
         data=spec.data, data_seed=spec.data_seed, seed=spec.seed, lr=b.lr, warmup_steps=b.warmup_steps,
         max_steps=b.steps, batch_size=b.batch_size, dropout=b.dropout, val_every=b.steps, val_batches=4,
         ckpt_every=max(1, min(250, b.steps // 4)), progress=progress, resume=resume,
-        overwrite=not resume and path.exists(), accelerator="cpu" if _cpu_only() else "auto")
-    summary = logging.getLogger("pytorch_lightning.callbacks.model_summary")  # a table per model: noise in a study log
-    level = summary.level
-    summary.setLevel(logging.WARNING)
-    try:
-        train_pretrain(opts)
-    finally:
-        summary.setLevel(level)
+        overwrite=not resume and path.exists(), accelerator="cpu" if _cpu_only() else "auto",
+        model_summary=False)  # a table per model would drown the study's log
+    train_pretrain(opts)
 
 
 def _cpu_only() -> bool:
