@@ -7,6 +7,7 @@ Runs the pipeline's commands one after another, each in its own process with a t
     search     lvbert search run      (scoring on --device)
     iot        lvbert iot train + eval, from the supernet and the searched orders
     pretrain   lvbert pretrain        (ELECTRA, the searched architecture)
+    compile    the same with --compile (torch.compile of every layer block); summary: its tok/s over pretrain's
     finetune   lvbert finetune        (the pre-trained model on the embedded sotu-era task)
 
 A step whose input is missing (its predecessor failed) is skipped. Every step runs with
@@ -31,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-STEPS = ("env", "supernet", "search", "iot", "pretrain", "finetune")
+STEPS = ("env", "supernet", "search", "iot", "pretrain", "compile", "finetune")
 ENV_PROBE = """
 import json, torch
 info = {"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available()}
@@ -61,13 +62,16 @@ def commands(out: Path, a) -> dict[str, list[list[str]]]:
                 lv + ["iot", "eval", "--run-dir", str(out / "iot"), "--val-batches", "2", "--no-progress"]],
         "pretrain": [lv + ["pretrain", "--arch", best, "--size", a.size, "--objective", "electra", "--max-steps",
                            str(a.steps), "--val-every", str(a.steps), "--out", str(out / "pretrain"), *train]],
+        "compile": [lv + ["pretrain", "--arch", best, "--size", a.size, "--objective", "electra", "--max-steps",
+                          str(a.steps), "--val-every", str(a.steps), "--out", str(out / "compile"),
+                          "--compile", a.compile_backend, *train]],
         "finetune": [lv + ["finetune", "--model", str(out / "pretrain" / "hf"), "--task", "sotu-era",
                            "--max-steps", str(a.steps), "--seeds", "0", "--out", str(out / "finetune"),
                            "--accelerator", a.accelerator, "--no-progress", "--overwrite"]],
     }
 
 
-NEEDS = {"search": "supernet", "iot": "search", "pretrain": "search", "finetune": "pretrain"}
+NEEDS = {"search": "supernet", "iot": "search", "pretrain": "search", "compile": "search", "finetune": "pretrain"}
 
 
 def tokens_per_second(run_dir: Path) -> float | None:
@@ -119,6 +123,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=50, help="training steps per training command (default 50)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per command before it counts as hung")
     p.add_argument("--dump-after", type=float, default=120, help="stack dump interval of a silent step (seconds)")
+    p.add_argument("--compile-backend", default="inductor", help="torch.compile backend of the compile step")
     p.add_argument("--only", nargs="+", choices=STEPS, default=list(STEPS), help="run these steps only")
     a = p.parse_args()
     out = Path(a.out)
@@ -133,6 +138,9 @@ def main() -> int:
             print(f"[{name}] ...", file=sys.stderr, flush=True)
             summary["results"][name] = run_step(name, cmds[name], out, a)
         print(f"[{name}] {summary['results'][name]['status']}", file=sys.stderr, flush=True)
+    speeds = [summary["results"].get(k, {}).get("tok_per_s") for k in ("pretrain", "compile")]
+    if all(speeds):
+        summary["compile_speedup"] = round(speeds[1] / speeds[0], 3)  # medians of the logged tok/s: compilation slows only the first steps
     summary["passed"] = all(r["status"] == "passed" for r in summary["results"].values())
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))

@@ -72,8 +72,14 @@ def add_training_args(t, title: str, dropout_help: str | None = None) -> None:
                    help="Lightning strategy (default ddp_find_unused_parameters_true with more than one device)")
     h.add_argument("--precision", default=None, help="32-true | bf16-mixed (default bf16-mixed on GPU)")
     h.add_argument("--num-workers", type=int, default=_DEFAULTS.num_workers)
+    add_compile_arg(h)
     add_resume_args(t, "continue from checkpoints/last.ckpt with the run directory's options")
     t.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def add_compile_arg(g) -> None:
+    g.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
+                   help="torch.compile each layer block (backend: inductor when not named); opt-in, for GPUs")
 
 
 def add_resume_args(p, resume_help: str) -> None:

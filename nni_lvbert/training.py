@@ -53,7 +53,7 @@ class TrainOptions(DataOptions):
     # --resume must equal the stored one
     MAY_CHANGE: ClassVar[frozenset] = frozenset({"devices", "num_nodes", "accelerator", "ddp_strategy", "precision",
                                                  "num_workers", "progress", "cache_dir", "record_paths", "run_dir",
-                                                 "model_summary"})
+                                                 "model_summary", "compile"})
     FLAGS: ClassVar[dict[str, str]] = {"progress": "--no-progress", "run_dir": "--out"}
 
     run_dir: str = "runs/run"
@@ -77,6 +77,7 @@ class TrainOptions(DataOptions):
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
+    compile: str | None = None  # a torch.compile backend ("inductor", ...) for every layer block; None = eager
     model_summary: bool = True  # Lightning's table of modules at the start (no flag; a study's many runs skip it)
     given: list[str] | None = field(default=None, compare=False)  # options typed on the command line
 
@@ -95,6 +96,10 @@ class TrainOptions(DataOptions):
 def begin(opts: TrainOptions, kind: str) -> TrainOptions:
     """The options a training command runs with: with --resume, the run directory's (given options checked
     against them); on DDP ranks > 0, rank 0's. Call first, before anything is built from the options."""
+    if opts.compile:
+        check_compile_backend(opts.compile)
+    if not opts.progress:
+        no_library_progress_bars()
     if not launcher_is_rank_zero():
         return adopt(kind, opts)
     if opts.resume and opts.overwrite:
@@ -114,6 +119,13 @@ def with_presets(opts: TrainOptions) -> TrainOptions:
 
     return dataclasses.replace(opts, **{k: opts.resolved(k) for k in opts.stored_presets()
                                         if getattr(opts, k, 0) is None})
+
+
+def no_library_progress_bars() -> None:
+    """--no-progress: transformers' bars too ("Loading weights", "Writing model shards"), for the process."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 def open_run(opts: TrainOptions, kind: str) -> RunDir:
@@ -186,6 +198,8 @@ def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), hi
 
         check_checkpoint(ckpt)
     previous = run.read_json(META) if opts.resume and run.has(META) else {}
+    if opts.compile:
+        compile_layers(module, opts.compile)
     start = time.time()
     if strategy is not None:
         from nni.nas.evaluator.pytorch import Lightning
@@ -197,6 +211,28 @@ def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), hi
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt) if opts.resume else None)
     return FitResult(trainer, precision, previous.get("train_seconds", 0.0) + (time.time() - start),
                      previous.get("validation", []) + list(history or []), previous)
+
+
+def check_compile_backend(backend: str) -> None:
+    import torch._dynamo
+
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if backend not in known:
+        raise UserError(f"--compile {backend}: not a torch.compile backend; choose one of {', '.join(known)}")
+
+
+def compile_layers(module, backend: str = "inductor") -> int:
+    """torch.compile every layer block (DC/SA/FF/GLU) of `module` in place (`nn.Module.compile`: parameter names,
+    checkpoints and exports stay as they are). One compiled graph per block fuses its projections' epilogues,
+    dropout, residual and LayerNorm; a supernet's path sampling stays eager between the blocks, so a new path
+    needs no recompilation. Returns the number of blocks compiled."""
+    from .layers import LAYER_CLASSES
+
+    names = {cls.__name__ for cls in LAYER_CLASSES.values()}  # by name: a trust_remote_code copy has its own classes
+    blocks = [m for m in module.modules() if type(m).__name__ in names]
+    for m in blocks:
+        m.compile(backend=backend)
+    return len(blocks)
 
 
 def common_meta(run: RunDir, opts: TrainOptions, result: FitResult, data) -> dict:

@@ -258,6 +258,24 @@ def test_finetune_embedded_task_end_to_end_and_resume(model_dir, tmp_path, capsy
     assert code == 2 and "not empty" in one_error_line(err)
 
 
+def test_compiled_finetuning_scores_as_eager(model_dir, tmp_path, capsys):
+    """--compile on padded batches of varying length (packed real tokens, attention masks): no graph break, and the
+    same dev predictions as eager (aot_eager: graph capture without a C++ build)."""
+    from torch._dynamo.utils import counters
+
+    args = ["finetune", "--model", str(model_dir), "--task", "sotu-era", *QUICK, "--max-train-examples", "32",
+            "--epochs", "1", "--seeds", "0"]
+    code, _, err = run_cli([*args, "--out", str(tmp_path / "eager")], capsys)
+    assert code == 0, err
+    counters.clear()
+    code, _, err = run_cli([*args, "--out", str(tmp_path / "compiled"), "--compile", "aot_eager"], capsys)
+    assert code == 0, err
+    assert counters["stats"]["unique_graphs"] >= 4 and not counters["graph_break"], dict(counters["graph_break"])
+    score = [json.loads((tmp_path / d / "results.json").read_text())["tasks"]["sotu-era"]["score_per_seed"]
+             for d in ("eager", "compiled")]
+    assert score[0] == score[1]
+
+
 def test_save_model_writes_a_directory_that_reproduces_the_dev_score(model_dir, tmp_path, capsys):
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer

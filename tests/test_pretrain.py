@@ -181,6 +181,28 @@ def test_resume_refuses_data_tokenized_otherwise(electra_run, tmp_path, capsys):
     assert (run / "checkpoints" / "last.ckpt").stat().st_mtime_ns == before
 
 
+def test_compile_trains_the_eager_weights_without_graph_breaks(tmp_path, cache_dir, capsys):
+    """--compile BACKEND compiles every layer block (aot_eager here: dynamo's graph capture and AOT autograd, with
+    no C++ build; the default inductor is for GPUs); same weights as eager, up to float rounding."""
+    from safetensors.torch import load_file
+    from torch._dynamo.utils import counters
+
+    eager, compiled = tmp_path / "eager", tmp_path / "compiled"
+    assert main(pretrain_args(eager, cache_dir, steps=3)) == 0
+    counters.clear()
+    assert main(pretrain_args(compiled, cache_dir, "--compile", "aot_eager", steps=3)) == 0
+    assert counters["stats"]["unique_graphs"] >= 4  # dc, sa, ff, glu blocks (generator and discriminator)
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    a, b = load_file(eager / "pretrain.safetensors"), load_file(compiled / "pretrain.safetensors")
+    assert a.keys() == b.keys()  # nn.Module.compile: parameter names unchanged
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-5)
+    capsys.readouterr()
+    assert main(pretrain_args(tmp_path / "bad", cache_dir, "--compile", "nonesuch")) == 2
+    assert "--compile nonesuch: not a torch.compile backend" in one_error(capsys)
+    assert not (tmp_path / "bad").exists()
+
+
 @pytest.mark.slow
 def test_resume_after_kill9_ends_with_the_uninterrupted_weights(tmp_path, electra_run, cache_dir):
     """kill -9 mid-run (dropout on, SOP on), then exactly `lvbert pretrain --out D --resume`: the very weights."""

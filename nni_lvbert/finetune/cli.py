@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from ..cliargs import add_out_arg, add_resume_args
+from ..cliargs import add_compile_arg, add_out_arg, add_resume_args
 
 
 def _common(p, default_out: str) -> None:
@@ -39,6 +39,7 @@ def _common(p, default_out: str) -> None:
                    "ddp_find_unused_parameters_true with more than one device)")
     h.add_argument("--precision", default=None, help="32-true | bf16-mixed (default bf16-mixed on GPU)")
     h.add_argument("--num-workers", type=int, default=d.num_workers)
+    add_compile_arg(h)
     p.add_argument("--save-model", action="store_true",
                    help="keep each fine-tuned model: OUT/<task>/seed<k>/model/ (loads with from_pretrained)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")

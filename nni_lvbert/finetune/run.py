@@ -25,7 +25,7 @@ from typing import ClassVar
 from ..errors import UserError
 from ..options import adopt, launcher_is_rank_zero, publish, resume_from, to_dict
 from ..rundir import RunDir, check_output_dir, read_json, write_json_atomic
-from ..training import TrainOptions, fit, parse_devices
+from ..training import TrainOptions, check_compile_backend, fit, no_library_progress_bars, parse_devices
 from . import metrics as M
 from .recipe import DECAY, default_lr
 from .tasks import TaskData, load_task
@@ -38,7 +38,7 @@ MODEL = "model"  # OUT/<task>/seed<k>/model/ with --save-model
 @dataclass
 class FinetuneOptions:
     MAY_CHANGE: ClassVar[frozenset] = frozenset({"accelerator", "devices", "num_nodes", "ddp_strategy", "precision",
-                                                 "num_workers", "progress", "run_dir"})
+                                                 "num_workers", "progress", "run_dir", "compile"})
     FLAGS: ClassVar[dict[str, str]] = {"progress": "--no-progress", "run_dir": "--out", "tasks": "--task"}
 
     model: str = ""
@@ -68,6 +68,7 @@ class FinetuneOptions:
     ddp_strategy: str | None = None
     precision: str | None = None
     num_workers: int = 0
+    compile: str | None = None  # torch.compile backend for the layer blocks (training.compile_layers)
     progress: bool = True
     resume: bool = False
     overwrite: bool = False
@@ -123,6 +124,8 @@ def check(opts: FinetuneOptions):
             raise UserError(f"--{name.replace('_', '-')} must be at least 1")
     if opts.task_type not in ("classification", "regression"):
         raise UserError(f"--task-type must be classification or regression, got {opts.task_type}")
+    if opts.compile:
+        check_compile_backend(opts.compile)
     config, tok = load_model_dir(opts.model)
     positions = getattr(config, "max_position_embeddings", None)
     if positions is not None and opts.max_length > positions:
@@ -155,10 +158,8 @@ def finetune(opts: FinetuneOptions) -> dict:
     ranks > 0: they adopt rank 0's options, join each run's training and leave every file to rank 0."""
     rank_zero = launcher_is_rank_zero()
     opts = begin(opts) if rank_zero else adopt(KIND, opts)
-    if not opts.progress:  # --no-progress: no bar at all, transformers' "Loading weights" bar included
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+    if not opts.progress:
+        no_library_progress_bars()
     config, tok, tasks = check(opts)
     out = Path(opts.run_dir)
     if rank_zero:
@@ -200,7 +201,8 @@ def run_options(opts: FinetuneOptions, path: Path, seed: int, task, steps_per_ep
                        val_every=min(steps_per_epoch, total), val_batches=1.0,
                        ckpt_every=opts.ckpt_every or min(steps_per_epoch, 500), accelerator=opts.accelerator,
                        devices=str(opts.devices), num_nodes=opts.num_nodes, ddp_strategy=opts.ddp_strategy,
-                       precision=opts.precision, num_workers=opts.num_workers, resume=resume, progress=opts.progress)
+                       precision=opts.precision, num_workers=opts.num_workers, resume=resume, progress=opts.progress,
+                       compile=opts.compile)
     if launcher_is_rank_zero():  # DDP: rank 0 writes the run directory
         path.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path / "options.json", to_dict(ropts))
