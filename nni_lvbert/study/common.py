@@ -143,40 +143,65 @@ class Standalone:
         return f"{self.arch}-{self.objective}-seed{self.seed}-{self.key()}"
 
 
-def train_standalone(spec: Standalone, store: Path, progress: bool = True, wait: bool = True) -> Path | None:
-    """Pre-train `spec` from scratch into the store (skipped when finished, resumed when interrupted). While another
-    process trains it: wait for that (default), or with wait=False return None at once."""
+def train_standalone(spec: Standalone, store: Path, progress: bool = True) -> Path:
+    """Pre-train `spec` from scratch into the store (skipped when finished, resumed when interrupted; while another
+    process trains it, waits for that)."""
     path = store / spec.dirname()
-    if RunDir(path, "pretrain").state() == "done":
-        return path
-    store.mkdir(parents=True, exist_ok=True)
-    with store_lock(store / f".{spec.dirname()}.lock", wait) as held:  # another study sharing the store may be training it
-        if not held:
-            return None
-        state = RunDir(path, "pretrain").state()
-        if state != "done":
-            _train(spec, path, store, progress, resume=state == "resume" and (path / OPTIONS).is_file())
+    if RunDir(path, "pretrain").state() != "done":
+        store.mkdir(parents=True, exist_ok=True)
+        with store_lock(_lock(store, spec)):  # another study sharing the store may be training it
+            _train_unless_done(spec, store, progress)
     return path
 
 
 def train_all(specs: list[tuple[str, Standalone]], store: Path, progress: bool = True) -> list[Path]:
-    """Pre-train every (description, spec), each once. A model that another process is training right now is left
-    for later and the next one is trained meanwhile, so the same study started twice on one store (one process per
-    core or GPU) splits the models between the processes instead of queueing behind one another."""
-    pending = list(enumerate(specs))
+    """Pre-train every (description, spec) into the store, each once, sharing the work with any other process that
+    trains the same specs into the same store (see `one_process_each`)."""
+    store.mkdir(parents=True, exist_ok=True)
+    number = {id(spec): i for i, (_, spec) in enumerate(specs)}
+
+    def work(item):
+        what, spec = item
+        log(f"[{number[id(spec)] + 1}/{len(specs)}] {what}")
+        _train_unless_done(spec, store, progress)
+
+    one_process_each(specs, lambda item: _lock(store, item[1]), work,
+                     skip=lambda item: RunDir(store / item[1].dirname(), "pretrain").state() == "done")
+    return [store / spec.dirname() for _, spec in specs]
+
+
+def one_process_each(items: list, lock_of, work, skip=lambda item: False) -> None:
+    """work(item) for every item not skipped, each under its lock (`lock_of(item)`, a file path). An item whose lock
+    another process holds is left for later and the next one is worked on meanwhile, so the same study started in
+    two processes (one per core or GPU) splits the items between them instead of queueing; when every item left
+    is held elsewhere, this waits for the first and re-checks it (`work` must skip what is finished)."""
+    pending = [item for item in items if not skip(item)]
     while pending:
         deferred = []
-        for i, (what, spec) in pending:
-            log(f"[{i + 1}/{len(specs)}] {what}")
-            if train_standalone(spec, store, progress, wait=False) is None:
-                log(f"[{i + 1}/{len(specs)}] being trained by another process; left for later")
-                deferred.append((i, (what, spec)))
-        if deferred and len(deferred) == len(pending):  # every one left is held elsewhere: wait for the first
-            i, (what, spec) = deferred.pop(0)
-            log(f"[{i + 1}/{len(specs)}] waiting for the other process to finish it")
-            train_standalone(spec, store, progress)
+        for item in pending:
+            with store_lock(lock_of(item), wait=False) as held:
+                if held:
+                    work(item)
+                else:
+                    log(f"left for later: another process holds {lock_of(item).name}")
+                    deferred.append(item)
+        if deferred and len(deferred) == len(pending):
+            log(f"{len(deferred)} left, each being worked on by another process: waiting")
+            with store_lock(lock_of(deferred[0])):
+                work(deferred.pop(0))
         pending = deferred
-    return [store / spec.dirname() for _, spec in specs]
+
+
+def _lock(store: Path, spec: Standalone) -> Path:
+    return store / f".{spec.dirname()}.lock"
+
+
+def _train_unless_done(spec: Standalone, store: Path, progress: bool) -> None:
+    """(under the spec's lock) train it, or resume it, unless finished."""
+    path = store / spec.dirname()
+    state = RunDir(path, "pretrain").state()
+    if state != "done":
+        _train(spec, path, store, progress, resume=state == "resume" and (path / OPTIONS).is_file())
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..rundir import read_json, write_json_atomic, write_text_atomic
-from .common import StudyOptions, begin, log, markdown_table, pyplot, save_figure, start
+from .common import StudyOptions, begin, log, markdown_table, one_process_each, pyplot, save_figure, start
 
 RESULT = "search_study.json"
 STRATEGIES = ["evolution", "regularized-evolution", "random"]
@@ -57,19 +57,29 @@ def run_search_study(opts: SearchStudyOptions) -> dict:
     supernet_dir(opts.supernet)  # one line when it is not a finished supernet run, before OUT is made
     val_tokens = opts.val_tokens
     out = start(opts)
-    per_seed = {}
-    for seed in range(opts.seeds):
+
+    def done(seed: int) -> bool:
+        return (out / f"seed{seed}" / "best_arch.json").is_file()
+
+    def about(seed: int) -> str:
+        return f"[seed {seed + 1}/{opts.seeds}] {' vs '.join(opts.strategies)}, {cfg.budget} evaluations each"
+
+    def run_seed(seed: int) -> None:
         seed_dir = out / f"seed{seed}"
-        done = (seed_dir / "best_arch.json").is_file()
-        log(f"[seed {seed + 1}/{opts.seeds}] {' vs '.join(opts.strategies)}, {cfg.budget} evaluations each"
-            + (" (done)" if done else ""))
-        if not done:
-            resume = (seed_dir / "search.json").is_file()
-            run_search(SearchOptions(supernet=opts.supernet, strategies=list(opts.strategies), seed=seed,
-                                     out=str(seed_dir), evolution=cfg, val_tokens=val_tokens, device="cpu",
-                                     threads=opts.threads, resume=resume, overwrite=not resume and seed_dir.exists(),
-                                     progress=opts.progress), log=log)
-        per_seed[seed] = _read_seed(seed_dir, opts.strategies, cfg)
+        if done(seed):  # by another process meanwhile
+            return
+        log(about(seed))
+        resume = (seed_dir / "search.json").is_file()
+        run_search(SearchOptions(supernet=opts.supernet, strategies=list(opts.strategies), seed=seed,
+                                 out=str(seed_dir), evolution=cfg, val_tokens=val_tokens, device="cpu",
+                                 threads=opts.threads, resume=resume, overwrite=not resume and seed_dir.exists(),
+                                 progress=opts.progress), log=log)
+
+    # `study search --out OUT --resume` started in a second process while this one runs takes the next free seed
+    for seed in filter(done, range(opts.seeds)):
+        log(about(seed) + " (done)")
+    one_process_each(list(range(opts.seeds)), lambda seed: out / f".seed{seed}.lock", run_seed, skip=done)
+    per_seed = {seed: _read_seed(out / f"seed{seed}", opts.strategies, cfg) for seed in range(opts.seeds)}
     result = summarize(per_seed, opts.strategies, cfg)
     scorer = read_json(out / "seed0" / "search.json").get("scorer", {})
     result.update(study="search", supernet=str(Path(opts.supernet).resolve()), val_tokens=val_tokens,
