@@ -16,8 +16,8 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..rundir import read_json, write_json_atomic, write_text_atomic
-from .common import (Standalone, StudyOptions, begin, log, markdown_table, pyplot, save_figure, standalone_accuracy,
-                     start, train_all, validation_batches)
+from .common import (Standalone, StudyOptions, begin, log, markdown_table, one_process_each, pyplot, save_figure,
+                     standalone_accuracy, start, train_all, validation_batches)
 
 RESULT = "downstream.json"
 DEFAULT_ARCHS = ["searched", "bert", "dynamicconv", "lvbert-small", "sandwich"]
@@ -99,22 +99,33 @@ def run_downstream(opts: DownstreamOptions) -> dict:
     runs = dict(zip(specs, train_all([(f"{tag(label, p)} ({spec.arch}): stand-alone {opts.objective.upper()} "
                                        "pre-training", spec) for (label, p), spec in specs.items()],
                                      opts.store(), opts.progress)))
+    def ft_dir(key) -> Path:
+        label, p = key
+        return out / "finetune" / (label if len(pretrain_seeds) == 1 else f"{label}-pretrain{p}")
+
+    def tuned(key) -> bool:
+        done = ft_dir(key) / "results.json"
+        return done.is_file() and read_json(done).get("model") == str(runs[key] / "hf")
+
+    def tune(key) -> None:
+        if tuned(key):  # by another process meanwhile
+            return
+        d = ft_dir(key)
+        log(f"[{list(runs).index(key) + 1}/{len(runs)}] {tag(*key)}: fine-tuning on {', '.join(opts.tasks)}, "
+            f"seeds {ft_seeds}")
+        resume = (d / "options.json").is_file()
+        finetune(FinetuneOptions(model=str(runs[key] / "hf"), tasks=list(opts.tasks), data=opts.task_data,
+                                 run_dir=str(d), seeds=list(ft_seeds), max_length=cfg.max_length, max_steps=ft_cap,
+                                 max_train_examples=64 if opts.quick else None, accelerator="cpu",
+                                 progress=opts.progress, resume=resume, overwrite=not resume and d.exists()))
+
+    (out / "finetune").mkdir(exist_ok=True)
+    one_process_each(list(runs), lambda key: out / "finetune" / f".{ft_dir(key).name}.lock", tune, skip=tuned)
     rows = []
-    for i, (label, letters) in enumerate(archs):
+    for label, letters in archs:
         per_seed = []  # one entry per pre-training seed
         for p in pretrain_seeds:
-            run = runs[label, p]
-            ft_dir = out / "finetune" / (label if len(pretrain_seeds) == 1 else f"{label}-pretrain{p}")
-            log(f"[{i + 1}/{len(archs)}] {tag(label, p)}: fine-tuning on {', '.join(opts.tasks)}, seeds {ft_seeds}")
-            if (not (ft_dir / "results.json").is_file()
-                    or read_json(ft_dir / "results.json").get("model") != str(run / "hf")):
-                resume = (ft_dir / "options.json").is_file()
-                finetune(FinetuneOptions(model=str(run / "hf"), tasks=list(opts.tasks), data=opts.task_data,
-                                         run_dir=str(ft_dir), seeds=list(ft_seeds), max_length=cfg.max_length,
-                                         max_steps=ft_cap, max_train_examples=64 if opts.quick else None,
-                                         accelerator="cpu", progress=opts.progress, resume=resume,
-                                         overwrite=not resume and ft_dir.exists()))
-            ft = read_json(ft_dir / "results.json")
+            run, ft = runs[label, p], read_json(ft_dir((label, p)) / "results.json")
             per_seed.append({"seed": p, "run": str(run), "mlm_acc": standalone_accuracy(run, batches),
                              "disc_auc": read_json(run / "meta.json").get("final", {}).get("val_disc_auc"),
                              "tasks": {t: [r["score_per_seed"][str(s)] for s in ft_seeds]
