@@ -11,6 +11,7 @@ Plus the trainer conventions (atomic last.ckpt, CSV+TensorBoard logs, DDP defaul
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -190,16 +191,14 @@ def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), hi
         run.path, max_steps=opts.resolved("max_steps"), devices=devices, n_devices=n_dev, num_nodes=opts.num_nodes,
         accelerator=opts.accelerator, strategy=opts.ddp_strategy, precision=opts.precision,
         val_every=opts.resolved("val_every"), val_batches=opts.resolved("val_batches"),
-        ckpt_every=opts.resolved("ckpt_every"), callbacks=list(callbacks), progress=opts.progress,
-        model_summary=opts.model_summary)
+        ckpt_every=opts.resolved("ckpt_every"), progress=opts.progress, model_summary=opts.model_summary,
+        callbacks=[*callbacks, *([compile_callback(opts.compile)] if opts.compile else [])])
     ckpt = run / CHECKPOINT
     if opts.resume:
         from .safeio import check_checkpoint
 
         check_checkpoint(ckpt)
     previous = run.read_json(META) if opts.resume and run.has(META) else {}
-    if opts.compile:
-        compile_layers(module, opts.compile)
     start = time.time()
     if strategy is not None:
         from nni.nas.evaluator.pytorch import Lightning
@@ -233,6 +232,21 @@ def compile_layers(module, backend: str = "inductor") -> int:
     for m in blocks:
         m.compile(backend=backend)
     return len(blocks)
+
+
+def compile_callback(backend: str):
+    """Compiles the layer blocks of the module Lightning trains, at fit start: for a supernet that is NNI's one-shot
+    module, whose path-sampling layers hold the very candidate blocks (compiling before NNI builds it could miss
+    blocks it copies)."""
+    import pytorch_lightning as pl
+
+    class CompileLayers(pl.Callback):
+        def on_fit_start(self, trainer, pl_module):
+            n = compile_layers(pl_module, backend)
+            if trainer.is_global_zero:
+                print(f"--compile {backend}: {n} layer blocks compiled", file=sys.stderr, flush=True)
+
+    return CompileLayers()
 
 
 def common_meta(run: RunDir, opts: TrainOptions, result: FitResult, data) -> dict:

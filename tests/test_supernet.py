@@ -86,6 +86,22 @@ def test_same_seed_same_weights(trained, tmp_path, space_file, cache_dir):
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=0)
 
 
+def test_compiled_supernet_trains_the_eager_weights(trained, tmp_path, space_file, cache_dir, capfd):
+    """--compile: every candidate block of NNI's one-shot module compiled (aot_eager: graph capture, no C++ build),
+    no graph break, the seeded paths give the eager run's weights up to float rounding."""
+    from safetensors.torch import load_file
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    assert main(train_args(tmp_path / "c", space_file, cache_dir, 8, "--compile", "aot_eager")) == 0
+    assert "--compile aot_eager: 24 layer blocks compiled" in capfd.readouterr().err  # 6 slots x 4 candidates
+    assert counters["stats"]["unique_graphs"] >= 4 and not counters["graph_break"], dict(counters["graph_break"])
+    a, b = load_file(trained / "supernet.safetensors"), load_file(tmp_path / "c" / "supernet.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-5)
+
+
 def test_refuses_non_empty_run_dir(trained, space_file, cache_dir, capsys):
     assert main(train_args(trained, space_file, cache_dir)) == 2
     err = capsys.readouterr().err
