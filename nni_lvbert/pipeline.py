@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .cliargs import add_data_args, add_out_arg, add_resume_args
+from .cliargs import add_compile_arg, add_data_args, add_out_arg, add_resume_args
 from .errors import UserError
 from .options import launcher_is_rank_zero
 from .search.algorithm import EvolutionConfig
@@ -32,7 +32,7 @@ STAGE_ENV = "LVBERT_RUN_STAGE"  # set by rank 0 for the ranks it launches: the s
 
 @dataclass
 class PipelineOptions(DataOptions):
-    MAY_CHANGE = frozenset({"devices", "accelerator", "progress", "cache_dir", "out"})
+    MAY_CHANGE = frozenset({"devices", "accelerator", "compile", "progress", "cache_dir", "out"})
 
     out: str = "runs/quickstart"
     space: str = "lvbert"
@@ -45,6 +45,7 @@ class PipelineOptions(DataOptions):
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
     devices: str = "1"
     accelerator: str = "auto"
+    compile: str | None = None  # torch.compile backend for the supernet and --pretrain trainings
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
@@ -69,6 +70,7 @@ def register(sub) -> None:
     add_evolution_args(p)
     p.add_argument("--devices", default=d.devices, help="devices for supernet training and --pretrain (DDP when > 1)")
     p.add_argument("--accelerator", default=d.accelerator)
+    add_compile_arg(p)
     add_resume_args(p, "continue an interrupted run with its stored options")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.set_defaults(func=run_cli)
@@ -96,7 +98,8 @@ def run(opts: PipelineOptions) -> int:
     def supernet_options(resume: bool) -> SupernetOptions:
         return SupernetOptions(
             run_dir=str(supernet_dir), space=opts.space, size=opts.size, **opts.data_options(), seed=opts.seed,
-            max_steps=opts.supernet_steps, devices=opts.devices, accelerator=opts.accelerator, resume=resume,
+            max_steps=opts.supernet_steps, devices=opts.devices, accelerator=opts.accelerator, compile=opts.compile,
+            resume=resume,
             overwrite=not resume, progress=opts.progress)
 
     if not launcher_is_rank_zero():  # a DDP rank > 0 re-running this command: join one stage's training only
@@ -117,6 +120,10 @@ def run(opts: PipelineOptions) -> int:
                            flags={"strategies": "--search", "progress": "--no-progress"})
     opts.evolution.validate()
     _check_pretrain(opts)
+    if opts.compile:
+        from .training import check_compile_backend
+
+        check_compile_backend(opts.compile)
     out.prepare(resume=opts.resume, overwrite=opts.overwrite, resume_marker="options.json",
                 what="output directory")
     out.save_options(to_dict(opts))
@@ -193,7 +200,8 @@ def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:
         train_pretrain(PretrainOptions(
             run_dir=str(pretrain_dir), arch=None if resume else arch, size=opts.size, objective=opts.pretrain,
             **opts.data_options(), seed=opts.seed, max_steps=opts.pretrain_steps, devices=opts.devices,
-            accelerator=opts.accelerator, resume=resume, overwrite=not resume, progress=opts.progress))
+            accelerator=opts.accelerator, compile=opts.compile, resume=resume, overwrite=not resume,
+            progress=opts.progress))
     meta = RunDir(pretrain_dir, "pretrain").meta
     return {"pretrain": str(pretrain_dir), "pretrain_final": meta.get("final"), "hf": meta["hf"]["hf"],
             "hf_generator": meta["hf"].get("hf_generator")}

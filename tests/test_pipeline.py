@@ -94,3 +94,11 @@ def test_pretrain_on_several_devices_under_an_outside_launcher_is_one_line(tmp_p
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ") and "torchrun" in err[0], err
         assert not out.exists()
+
+
+def test_an_unknown_compile_backend_is_one_line_before_anything_is_written(tmp_path, cache_dir, capsys):
+    out = tmp_path / "run"
+    assert main(run_args(out, cache_dir, 4, "--compile", "nonesuch")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --compile nonesuch: not a torch.compile backend"), err
+    assert not out.exists()
