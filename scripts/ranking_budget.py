@@ -47,19 +47,20 @@ def compare(a: dict, b: dict) -> dict:
 
 def plot(result: dict, path: Path) -> None:
     from nni_lvbert.rundir import pyplot, save_figure
+    from nni_lvbert.study.ranking import _label_points  # labels clear of each other and of the markers
 
     s0, s1 = result["steps"]
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     for ax, key in zip(axes, (f"inherited_vs_{s0}", f"inherited_vs_{s1}")):
         steps = key.rsplit("_", 1)[1]
-        for r in result["rows"]:
+        points = [(r["inherited"], r[f"standalone_{steps}"]) for r in result["rows"]]
+        for r, (x, y) in zip(result["rows"], points):
             named = r["role"] != "spread"
-            ax.scatter(r["inherited"], r[f"standalone_{steps}"], marker="s" if named else "o", s=36 if named else 24,
-                       color="C1" if named else "C0", zorder=3)
-            if named:
-                ax.annotate(r["role"], (r["inherited"], r[f"standalone_{steps}"]), fontsize=7,
-                            xytext=(4, -3), textcoords="offset points")
+            ax.scatter(x, y, marker="s" if named else "o", s=36 if named else 24, color="C1" if named else "C0",
+                       zorder=3)
+        _label_points(ax, [(r["role"], x, y) for r, (x, y) in zip(result["rows"], points) if r["role"] != "spread"],
+                      points, fontsize=7)
         c = result[key]
         ax.set_title(f"{steps} stand-alone steps: Kendall τ = {c['kendall_tau']:.2f}", fontsize=10)
         ax.set_xlabel("inherited-weight MLM accuracy (supernet)")
