@@ -146,27 +146,25 @@ class Standalone:
 def train_standalone(spec: Standalone, store: Path, progress: bool = True) -> Path:
     """Pre-train `spec` from scratch into the store (skipped when finished, resumed when interrupted; while another
     process trains it, waits for that)."""
-    path = store / spec.dirname()
-    if RunDir(path, "pretrain").state() != "done":
+    if not _finished(store, spec):
         store.mkdir(parents=True, exist_ok=True)
         with store_lock(_lock(store, spec)):  # another study sharing the store may be training it
             _train_unless_done(spec, store, progress)
-    return path
+    return store / spec.dirname()
 
 
 def train_all(specs: list[tuple[str, Standalone]], store: Path, progress: bool = True) -> list[Path]:
     """Pre-train every (description, spec) into the store, each once, sharing the work with any other process that
     trains the same specs into the same store (see `one_process_each`)."""
     store.mkdir(parents=True, exist_ok=True)
-    number = {id(spec): i for i, (_, spec) in enumerate(specs)}
 
     def work(item):
-        what, spec = item
-        log(f"[{number[id(spec)] + 1}/{len(specs)}] {what}")
+        i, (what, spec) = item
+        log(f"[{i + 1}/{len(specs)}] {what}")
         _train_unless_done(spec, store, progress)
 
-    one_process_each(specs, lambda item: _lock(store, item[1]), work,
-                     skip=lambda item: RunDir(store / item[1].dirname(), "pretrain").state() == "done")
+    one_process_each(list(enumerate(specs)), lambda item: _lock(store, item[1][1]), work,
+                     skip=lambda item: _finished(store, item[1][1]))
     return [store / spec.dirname() for _, spec in specs]
 
 
@@ -194,6 +192,10 @@ def one_process_each(items: list, lock_of, work, skip=lambda item: False) -> Non
 
 def _lock(store: Path, spec: Standalone) -> Path:
     return store / f".{spec.dirname()}.lock"
+
+
+def _finished(store: Path, spec: Standalone) -> bool:
+    return RunDir(store / spec.dirname(), "pretrain").state() == "done"
 
 
 def _train_unless_done(spec: Standalone, store: Path, progress: bool) -> None:

@@ -99,6 +99,7 @@ def run_downstream(opts: DownstreamOptions) -> dict:
     runs = dict(zip(specs, train_all([(f"{tag(label, p)} ({spec.arch}): stand-alone {opts.objective.upper()} "
                                        "pre-training", spec) for (label, p), spec in specs.items()],
                                      opts.store(), opts.progress)))
+
     def ft_dir(key) -> Path:
         label, p = key
         return out / "finetune" / (label if len(pretrain_seeds) == 1 else f"{label}-pretrain{p}")
