@@ -222,6 +222,8 @@ def test_search_study_quick(trained, tmp_path, capsys):
         assert best["seed"] == seed and best["budget"] == 18
         assert best["score"] == max(r["best_per_seed"][seed] for r in res["results"].values())
     assert (out / "search_study.png").is_file() and "wins" in (out / "search_study.md").read_text()
+    stored = json.loads((out / "options.json").read_text())  # trains no model: no stand-alone budget stored
+    assert stored["steps"] is None and stored["lr"] is None and stored["population"] is None
     (out / "search_study.json").unlink()  # as if killed before the end: the seeds are done, the summary is not
     code, _, err = run_cli(["study", "search", "--out", str(out), "--resume", "--no-progress"], capsys)
     assert code == 0, err

@@ -60,6 +60,7 @@ class StudyOptions:
 
     MAY_CHANGE = frozenset({"progress", "run_dir", "threads"})
     FLAGS = {"progress": "--no-progress", "run_dir": "--out"}
+    TRAINS_MODELS = True  # False: the study trains no stand-alone model (its options.json stores no budget)
 
     run_dir: str = "runs/study"
     quick: bool = False
@@ -117,7 +118,8 @@ def start(opts: StudyOptions) -> Path:
     out = Path(opts.run_dir)
     out.mkdir(parents=True, exist_ok=True)
     if not (out / OPTIONS).is_file():  # the budget written out: a resumed study keeps it under later presets
-        write_json_atomic(out / OPTIONS, to_dict(dataclasses.replace(opts, **opts.budget().__dict__)))
+        budget = opts.budget().__dict__ if opts.TRAINS_MODELS else {}
+        write_json_atomic(out / OPTIONS, to_dict(dataclasses.replace(opts, **budget)))
     return out
 
 

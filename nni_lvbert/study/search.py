@@ -20,6 +20,8 @@ VAL_TOKENS = 16384  # the search's own default: the study compares strategies as
 
 @dataclass
 class SearchStudyOptions(StudyOptions):
+    TRAINS_MODELS = False
+
     supernet: str = ""
     seeds: int = 5
     strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
