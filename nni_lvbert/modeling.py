@@ -13,6 +13,7 @@ from torch import nn
 
 from .config import ModelConfig, SpaceSpec
 from .layers import build_layer
+from .layers.dropout import Dropout
 
 
 class Embeddings(nn.Module):
@@ -25,7 +26,7 @@ class Embeddings(nn.Module):
         self.position = nn.Embedding(cfg.max_position, e)
         self.segment = nn.Embedding(cfg.type_vocab_size, e)
         self.norm = nn.LayerNorm(e, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.project = nn.Linear(e, cfg.hidden_size) if e != cfg.hidden_size else nn.Identity()
 
     def forward(self, input_ids: torch.Tensor | None, token_type_ids: torch.Tensor | None = None,

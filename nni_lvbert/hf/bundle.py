@@ -66,10 +66,10 @@ def _part(title: str, source: str) -> str:
 def bundle_sources() -> dict[str, str]:
     """{file name: text} of the two files a model directory needs (`configuration_lvbert.py`, `modeling_lvbert.py`)."""
     from .. import __version__, layers, modeling
-    from ..layers import attention, dynamic_conv, feedforward, rows
+    from ..layers import attention, dropout, dynamic_conv, feedforward, rows
     from . import configuration_lvbert, modeling_lvbert
 
-    parts = [(m.__name__, inspect.getsource(m)) for m in (rows, attention, dynamic_conv, feedforward, layers)]
+    parts = [(m.__name__, inspect.getsource(m)) for m in (rows, dropout, attention, dynamic_conv, feedforward, layers)]
     parts += [(f"{modeling.__name__}.{c.__name__}", inspect.getsource(c))
               for c in (modeling.Embeddings, modeling.MLMHead)]
     parts += [(modeling_lvbert.__name__, inspect.getsource(modeling_lvbert))]

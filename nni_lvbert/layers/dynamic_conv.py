@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from .dropout import Dropout
 from .rows import TokenRows, to_rows, to_seq
 
 
@@ -41,7 +42,7 @@ class DynamicConv(nn.Module):
         self.pointwise = nn.Linear(c, c)  # 1x1 convolution
         self.kernel = nn.Linear(c, self.heads * k)  # W_dyn
         self.out = nn.Linear(c, c)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.norm = nn.LayerNorm(c, eps=cfg.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from .dropout import Dropout
 
 # GLU variants (Shazeer 2020): name of the gate activation -> function.
 GLU_ACTIVATIONS = {
@@ -25,7 +26,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(cfg.hidden_size, cfg.ff_size)
         self.fc2 = nn.Linear(cfg.ff_size, cfg.hidden_size)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, rows=None) -> torch.Tensor:
@@ -43,7 +44,7 @@ class GLUFeedForward(nn.Module):
         self.gate = nn.Linear(cfg.hidden_size, d, bias=cfg.glu_bias)  # W
         self.up = nn.Linear(cfg.hidden_size, d, bias=cfg.glu_bias)  # V
         self.down = nn.Linear(d, cfg.hidden_size, bias=cfg.glu_bias)  # W2
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, rows=None) -> torch.Tensor:
