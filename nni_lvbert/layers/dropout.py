@@ -2,10 +2,11 @@
 
 On CPU, `F.dropout` draws one 64-bit random number per element (`bernoulli_`, serial), which was 23 % of an ELECTRA
 step at `small` (benchmarks/bench_pretrain.py). Here each 64-bit draw is cut into four 16-bit numbers and an element
-is kept when its number is at or above round(p * 65536): the drop probability is p rounded to a multiple of 1/65536
-(0.1 -> 0.1000061), and kept elements are scaled by 1 / (1 - that probability), so the expectation is still x. The mask comes from torch's global generator, as `F.dropout`'s, so a run is still a function of
-its seeds. On other devices (fused dropout kernels), while torch.compile traces (Inductor generates its own) and
-when p is 0 or the module is in eval mode, this is `F.dropout`.
+is kept when its number is at or above the threshold: the drop probability is p rounded to a multiple of 1/65536
+(0.1 -> 0.1000061), and kept elements are scaled by 1 / (1 - that probability), so the expectation is still x. The
+mask comes from torch's global generator, as `F.dropout`'s, so a run is still a function of its seeds. On other
+devices (fused dropout kernels), while torch.compile traces (Inductor generates its own) and when p is 0 or the
+module is in eval mode, this is `F.dropout`.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def keep_mask(shape, p: float, device=None) -> torch.Tensor:
     for size in shape:
         n *= size
     draws = torch.randint(-(1 << 63), (1 << 63) - 1, ((n + 3) // 4,), dtype=torch.int64, device=device)
-    return draws.view(torch.int16)[:n].view(shape) >= round(p * _INT16) - _INT16 // 2
+    threshold = round(drop_probability(p) * _INT16) - _INT16 // 2  # int16 values below it are dropped
+    return draws.view(torch.int16)[:n].view(shape) >= threshold
 
 
 def fast_path(x: torch.Tensor, p: float, training: bool) -> bool:
