@@ -47,17 +47,8 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     return x * keep_mask(x.shape, p, x.device).to(x.dtype).mul_(1.0 / (1.0 - q))
 
 
-class Dropout(nn.Module):
-    """Drop-in for `nn.Dropout` (same `p`, same train/eval behaviour) using `dropout` above."""
-
-    def __init__(self, p: float = 0.5):
-        super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-        self.p = p
+class Dropout(nn.Dropout):
+    """`nn.Dropout` (same `p`, checks and train/eval behaviour) drawing its CPU masks with `dropout` above."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return dropout(x, self.p, self.training)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
