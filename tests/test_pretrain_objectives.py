@@ -221,7 +221,10 @@ def test_no_gradient_from_the_discriminator_into_the_generator():
                for k in ("generator", "discriminator"))
 
 
-def test_gumbel_max_samples_the_softmax():
+@pytest.mark.parametrize("path", ["cpu", "torch.rand"])  # torch.rand: other devices and torch.compile
+def test_gumbel_max_samples_the_softmax(path, monkeypatch):
+    if path == "torch.rand":
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     torch.manual_seed(0)
     logits = torch.log(torch.tensor([1.0, 2.0, 3.0])).repeat(60_000, 1).requires_grad_()
     sample = gumbel_max(logits)
@@ -229,6 +232,21 @@ def test_gumbel_max_samples_the_softmax():
     freq = torch.bincount(sample, minlength=3).float() / len(sample)
     torch.testing.assert_close(freq, torch.tensor([1, 2, 3]) / 6, atol=0.01, rtol=0)
 
+
+
+def test_gumbel_max_follows_the_global_seed_over_chunks_and_shapes():
+    from nni_lvbert.pretrain.objectives import GUMBEL_ROWS
+
+    logits = torch.zeros(2, 5 * GUMBEL_ROWS + 3, 11)  # equal rows, in several chunks, the last one short
+    samples = []
+    for seed in (3, 3, 4):
+        torch.manual_seed(seed)
+        samples.append(gumbel_max(logits))
+    assert samples[0].shape == (2, 5 * GUMBEL_ROWS + 3) and samples[0].dtype == torch.int64
+    assert torch.equal(samples[0], samples[1]) and not torch.equal(samples[0], samples[2])
+    first, last = samples[0].reshape(-1)[:GUMBEL_ROWS], samples[0].reshape(-1)[-GUMBEL_ROWS:]
+    assert not torch.equal(first, last)  # every chunk draws noise of its own
+    assert gumbel_max(torch.zeros(0, 7)).shape == (0,)
 
 def test_mlm_objective_projects_only_masked_positions():
     cfg = tiny_config()
