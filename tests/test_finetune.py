@@ -84,6 +84,61 @@ def test_every_glue_task_reads_its_own_layout(tmp_path, capsys):
     assert load_task("sst2", root).label_names == ["0", "1"]
 
 
+
+# The hub's GLUE (nyu-mll/glue) as `datasets` gives it: its column names, ClassLabel names and split names.
+HUB_GLUE = {
+    "cola": (("sentence", None), ["unacceptable", "acceptable"]),
+    "stsb": (("sentence1", "sentence2"), None),
+    "mnli": (("premise", "hypothesis"), ["entailment", "neutral", "contradiction"]),
+    "wnli": (("sentence1", "sentence2"), ["not_entailment", "entailment"]),
+}
+
+
+def hub_glue(config: str):
+    import datasets
+
+    (a, b), names = HUB_GLUE[config]
+    feats = {a: datasets.Value("string"), **({b: datasets.Value("string")} if b else {}),
+             "label": datasets.Value("float32") if names is None else datasets.ClassLabel(names=names),
+             "idx": datasets.Value("int32")}
+
+    def split(labels):
+        rows = {a: [f"first {i}" for i in range(len(labels))], "label": labels, "idx": list(range(len(labels)))}
+        if b:
+            rows[b] = [f"second {i}" for i in range(len(labels))]
+        return datasets.Dataset.from_dict(rows, features=datasets.Features(feats))
+
+    labels = [4.5, 0.0, 2.2] if names is None else [0, 1, len(names) - 1]
+    splits = ("validation_matched", "validation_mismatched") if config == "mnli" else ("validation",)
+    return datasets.DatasetDict({"train": split(labels), "test": split([-1.0] * 3 if names is None else [-1] * 3),
+                                 **{k: split(labels[::-1]) for k in splits}})
+
+
+def test_hub_glue_maps_its_columns_and_labels_to_the_tsv_ones(monkeypatch):
+    import datasets
+
+    asked = []
+
+    def load_dataset(path, config):
+        asked.append((path, config))
+        return hub_glue(config)
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    cola = load_task("glue:cola")
+    assert asked == [("nyu-mll/glue", "cola")]
+    assert cola.train.text_a == ["first 0", "first 1", "first 2"] and cola.train.text_b is None
+    assert cola.train.labels == ["0", "1", "1"] and cola.label_names == ["0", "1"]  # 1 = acceptable, as CoLA's TSV
+    sts = load_task("glue:stsb")
+    assert sts.kind == "regression" and sts.train.labels == pytest.approx([4.5, 0.0, 2.2])
+    assert sts.train.text_b[0] == "second 0" and sts.label_scale == 5.0
+    mnli = load_task("glue:mnli")
+    assert list(mnli.dev) == ["dev_matched", "dev_mismatched"] and mnli.train.text_a[0] == "first 0"
+    assert mnli.train.labels == ["entailment", "neutral", "contradiction"]  # by name, not by index
+    assert mnli.dev["dev_mismatched"].labels == ["contradiction", "neutral", "entailment"]
+    assert load_task("glue:wnli").train.labels == ["0", "1", "1"]  # 1 = entailment, as WNLI's TSV
+    with pytest.raises(UserError, match="unknown hub task 'glue:nope'"):
+        load_task("glue:nope")
+
 def test_labelled_files_csv_jsonl_and_their_errors(tmp_path):
     d = tmp_path / "csv"
     d.mkdir()

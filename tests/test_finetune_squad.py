@@ -241,6 +241,39 @@ def test_finetune_squad_v2_end_to_end(model_dir, tmp_path, capsys):
     assert "NoAns F1" in (out / "results.md").read_text()
 
 
+
+def test_squad_from_the_hub_reads_its_schema(monkeypatch):
+    """rajpurkar/squad(_v2) as `datasets` gives it: answers as {text: [...], answer_start: [...]}, empty when
+    unanswerable."""
+    import datasets
+
+    feats = datasets.Features({"id": datasets.Value("string"), "title": datasets.Value("string"),
+                               "context": datasets.Value("string"), "question": datasets.Value("string"),
+                               "answers": datasets.Sequence({"text": datasets.Value("string"),
+                                                             "answer_start": datasets.Value("int32")})})
+    ctx = "The cat sat on the mat. It was red."
+
+    def split(answers):
+        return datasets.Dataset.from_dict({"id": [f"q{i}" for i in range(len(answers))], "title": ["t"] * len(answers),
+                                           "context": [ctx] * len(answers), "question": ["Where?"] * len(answers),
+                                           "answers": answers}, features=feats)
+
+    asked = []
+
+    def load_dataset(path):
+        asked.append(path)
+        two = [{"text": ["the mat", "mat"], "answer_start": [15, 19]}, {"text": [], "answer_start": []}]
+        return datasets.DatasetDict({"train": split(two), "validation": split(two)})
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    task = load_task("squad_v2")
+    assert asked == ["rajpurkar/squad_v2"] and task.v2 and task.kind == "qa"
+    first, empty = task.train
+    assert first.answers == [("the mat", 15)] and not first.impossible  # training keeps the first answer
+    assert ctx[15:22] == "the mat" and empty.impossible and empty.answers == []
+    assert task.dev["dev"][0].answers == [("the mat", 15), ("mat", 19)]  # dev keeps every gold answer
+    assert load_task("squad").name == "squad" and asked[-1] == "rajpurkar/squad"
+
 def test_squad_bad_input_is_one_line_and_writes_nothing(model_dir, tmp_path, capsys, monkeypatch):
     d = make_squad(tmp_path / "d")
     out = tmp_path / "out"

@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import UserError
 
 SQUAD = {"squad": ("v1.1", False), "squad_v2": ("v2.0", True)}
+SQUAD_HUB = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2"}  # the hub's ids ("squad" redirects)
 ALIASES = {"squad-v2": "squad_v2", "squad2": "squad_v2", "squad_v1": "squad", "squad-v1.1": "squad"}
 
 
@@ -126,7 +127,7 @@ def load_squad_hub(name: str) -> QATaskData:
     try:
         import datasets
 
-        ds = datasets.load_dataset(name)
+        ds = datasets.load_dataset(SQUAD_HUB[name])
     except Exception as exc:  # noqa: BLE001  (offline, hub down: one line either way)
         msg = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise UserError(f"cannot load {name} from the Hugging Face hub (offline? {msg}); download "

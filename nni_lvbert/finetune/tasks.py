@@ -85,6 +85,7 @@ GLUE = {
                      hub_columns=("sentence1", "sentence2")),
 }
 ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "sts": "sts-b"}
+GLUE_HUB = "nyu-mll/glue"  # the hub's GLUE (parquet; "glue" redirects to it)
 GLUE_SCORE_TASKS = ("cola", "sst-2", "mrpc", "sts-b", "qqp", "mnli", "qnli", "rte")  # no WNLI (as GLUE/ELECTRA)
 EMBEDDED = {"sotu-era": "sotu_era.jsonl.xz"}
 
@@ -188,7 +189,7 @@ def load_hub(name: str) -> TaskData:
     try:
         import datasets
 
-        ds = datasets.load_dataset("glue", spec.hub)
+        ds = datasets.load_dataset(GLUE_HUB, spec.hub)
     except Exception as exc:  # noqa: BLE001  (offline, hub down, missing config: one line either way)
         msg = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise UserError(f"cannot load {name} from the Hugging Face hub (offline? {msg}); download GLUE and pass "
