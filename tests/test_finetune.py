@@ -139,6 +139,14 @@ def test_hub_glue_maps_its_columns_and_labels_to_the_tsv_ones(monkeypatch):
     with pytest.raises(UserError, match="unknown hub task 'glue:nope'"):
         load_task("glue:nope")
 
+    def offline(*a, **k):
+        raise ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(UserError, match=r"cannot load glue:rte from the Hugging Face hub \(offline\?.*--task rte "
+                                        r"--data DIR"):
+        load_task("glue:rte")
+
 def test_labelled_files_csv_jsonl_and_their_errors(tmp_path):
     d = tmp_path / "csv"
     d.mkdir()
@@ -149,6 +157,15 @@ def test_labelled_files_csv_jsonl_and_their_errors(tmp_path):
     assert task.label_names == ["neg", "pos"] and task.train.text_a[0] == "Hello, world" and task.metrics == ("acc", "f1")
     pair = load_task("mine", d, text_column="text", pair_column="other", label_column="y")
     assert pair.train.text_b == ["x", "x", "x"]
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "pq"
+    p.mkdir()
+    pq.write_table(pa.Table.from_pylist([{"text": "good", "y": 1.5}, {"text": "bad", "y": -0.5}]), p / "train.parquet")
+    pq.write_table(pa.Table.from_pylist([{"text": "fine", "y": 0.25}]), p / "dev.parquet")
+    reg = load_task("mine", p, text_column="text", label_column="y", task_type="regression")
+    assert reg.kind == "regression" and reg.train.labels == [1.5, -0.5] and reg.dev["dev"].text_a == ["fine"]
     (d / "dev.jsonl").write_text(json.dumps({"text": "t", "other": "x", "y": "meh"}) + "\n")
     with pytest.raises(UserError, match="'meh' never occur"):
         load_task("mine", d, text_column="text", label_column="y")
