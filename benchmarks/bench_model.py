@@ -1,12 +1,14 @@
 """Benchmark (not a test): our fixed `bert` arch vs transformers' BertForMaskedLM, and per-layer-type cost.
 
-Prints one JSON object. Everything is measured side by side in one process, so compare the ratios.
+Prints one JSON object. Everything is measured side by side in one process, the sides' training steps alternating
+(noise on a shared machine hits every side alike), so compare the ratios.
     python benchmarks/bench_model.py [--size small] [--batch 16] [--steps 6]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 import warnings
 
@@ -24,15 +26,17 @@ def masked_batch(vocab, batch, seq, gen):
     return ids, torch.ones_like(ids), labels
 
 
-def time_train_steps(step, steps, warmup=2):
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
-    return sorted(times)[len(times) // 2]  # median: robust on a noisy machine
+def interleaved_medians(steps: dict, n: int, warmup: int = 2) -> dict:
+    """Median seconds of each callable in `steps`, their calls alternating (noise on a shared machine hits every
+    side alike) after `warmup` rounds."""
+    times = {name: [] for name in steps}
+    for i in range(warmup + n):
+        for name, step in steps.items():
+            t = time.perf_counter()
+            step()
+            if i >= warmup:
+                times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(v) for name, v in times.items()}
 
 
 def bench_vs_hf(size, batch, seq, steps):
@@ -50,7 +54,7 @@ def bench_vs_hf(size, batch, seq, steps):
                                     attn_implementation="sdpa"))
     gen = torch.Generator().manual_seed(0)
     ids, mask, labels = masked_batch(cfg.vocab_size, batch, seq, gen)
-    results = {}
+    steps_by_side = {}
     for name, model, call in [
         ("ours", ours, lambda m: m(ids, mask, labels=labels).loss),
         ("hf", hf, lambda m: m(input_ids=ids, attention_mask=mask, labels=labels).loss),
@@ -63,7 +67,8 @@ def bench_vs_hf(size, batch, seq, steps):
             call(model).backward()
             opt.step()
 
-        results[name] = time_train_steps(step, steps)
+        steps_by_side[name] = step
+    results = interleaved_medians(steps_by_side, steps)
     tokens = batch * seq
     return {
         "shape": f"bert-{size} E=H={cfg.hidden_size} 12 SA + 12 FF, batch {batch}, seq {seq}",
@@ -79,14 +84,15 @@ def bench_layers(size, batch, seq, steps):
 
     cfg = load_size(size)
     x = torch.randn(batch, seq, cfg.hidden_size, requires_grad=True)
-    out = {}
+    steps_by_type = {}
     for t in LAYER_CLASSES:
         layer = build_layer(t, cfg).train()
 
         def step(layer=layer):
             layer(x, None).sum().backward()
 
-        out[t] = time_train_steps(step, steps * 2)
+        steps_by_type[t] = step
+    out = interleaved_medians(steps_by_type, steps * 2)
     return {
         "shape": f"H{cfg.hidden_size} batch {batch} seq {seq}, fwd+bwd",
         "ms": {t: round(v * 1e3, 2) for t, v in out.items()},
