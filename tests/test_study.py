@@ -312,3 +312,17 @@ def test_study_bad_input_is_one_line(trained, tmp_path, capsys):
         code, _, err = run_cli(["pretrain", "--arch", "bert", "--size", "tiny", "--model-config", str(config),
                                 "--out", str(out)], capsys)
         assert code == 2 and message in one_error_line(err) and not out.exists()
+
+
+def test_result_files_show_paths_relative_to_the_working_directory_or_home(tmp_path, monkeypatch):
+    from nni_lvbert.study.common import shown_path, shown_stats
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    (work / "runs" / "sn").mkdir(parents=True)
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    assert shown_path(work / "runs" / "sn") == "runs/sn" and shown_path("runs/sn") == "runs/sn"
+    assert shown_path(home / ".cache" / "d") == "~/.cache/d" and shown_path("~/x") == "~/x"
+    assert shown_path(tmp_path / "elsewhere") == str((tmp_path / "elsewhere").resolve())
+    assert shown_stats({"data": str(home / "d"), "tokens": 3}) == {"data": "~/d", "tokens": 3}

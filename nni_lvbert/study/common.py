@@ -94,6 +94,21 @@ class StudyOptions:
         return Path(self.models) if self.models else Path(self.run_dir) / "models"
 
 
+def shown_path(path) -> str:
+    """A path as a result file records it, so that results read the same on another machine: relative to the
+    working directory when inside it, `~/...` when inside the home directory, else absolute."""
+    path = Path(path).expanduser().resolve()
+    for base, prefix in ((Path.cwd(), ""), (Path.home(), "~/")):
+        with contextlib.suppress(ValueError):
+            return prefix + str(path.relative_to(base.resolve()))
+    return str(path)
+
+
+def shown_stats(stats: dict) -> dict:
+    """Validation statistics with their data path as `shown_path` gives it."""
+    return {**stats, "data": shown_path(stats["data"])} if "data" in stats else stats
+
+
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 

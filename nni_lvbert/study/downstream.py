@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..rundir import read_json, write_json_atomic, write_text_atomic
 from .common import (Standalone, StudyOptions, begin, log, markdown_table, one_process_each, pyplot, save_figure,
-                     standalone_accuracy, start, train_all, validation_batches)
+                     shown_path, shown_stats, standalone_accuracy, start, train_all, validation_batches)
 
 RESULT = "downstream.json"
 DEFAULT_ARCHS = ["searched", "bert", "dynamicconv", "lvbert-small", "sandwich"]
@@ -133,7 +133,8 @@ def run_downstream(opts: DownstreamOptions) -> dict:
                                        for t, r in ft["tasks"].items()}})
         rows.append(_row(label, letters, param_counts(cfg, parse_arch(letters))["backbone"], per_seed))
     result = {"study": "downstream", "size": opts.size, "objective": opts.objective, "budget": budget.__dict__,
-              "seed": opts.seed, "data": str(data.path), "validation": val_stats, "tasks": list(opts.tasks),
+              "seed": opts.seed, "data": shown_path(data.path), "validation": shown_stats(val_stats),
+              "tasks": list(opts.tasks),
               "pretrain_seeds": pretrain_seeds, "ft_seeds": ft_seeds, "ft_max_steps": ft_cap, "rows": rows,
               "comparisons": compare(rows)}
     _report(result, out)

@@ -17,7 +17,7 @@ from ..arch import NAMED_ARCHS, Arch
 from ..errors import UserError
 from ..rundir import read_json, write_json_atomic, write_text_atomic
 from .common import (Standalone, StudyOptions, begin, log, markdown_table, pyplot, rank_correlations, save_figure,
-                     standalone_accuracy, start, train_all)
+                     shown_path, shown_stats, standalone_accuracy, start, train_all)
 
 POOL = "pool.json"
 RESULT = "ranking.json"
@@ -93,7 +93,7 @@ def run_ranking(opts: RankingOptions) -> dict:
         pool = [(a, scorer.score(a)) for a in _progress(archs, opts.progress, "inherited")]
         write_json_atomic(out / POOL, {"pool": [{"arch": a.compact, "score": s} for a, s in pool],
                                        "random": pool_size, "from_search": len(from_search),
-                                       "validation": scorer.val_stats})
+                                       "validation": shown_stats(scorer.val_stats)})
 
     # 2. the compared architectures
     chosen: dict[Arch, str] = {a: "spread" for a in _pick(pool, n)}
@@ -127,8 +127,9 @@ def run_ranking(opts: RankingOptions) -> dict:
              "standalone": standalone_accuracy(path, scorer.batches), "run": str(path)}
             for (arch, role), path in zip(order, paths)]
     stats = rank_correlations([r["inherited"] for r in rows], [r["standalone"] for r in rows], seed=opts.seed)
-    result = {"study": "ranking", "supernet": str(Path(opts.supernet).resolve()), "size": size,
-              "budget": budget.__dict__, "seed": opts.seed, "data": data, "validation": scorer.val_stats,
+    result = {"study": "ranking", "supernet": shown_path(opts.supernet), "size": size,
+              "budget": budget.__dict__, "seed": opts.seed, "data": shown_path(data),
+              "validation": shown_stats(scorer.val_stats),
               "pool": len(pool), "rows": rows, **stats}
     _report(result, out)
     write_json_atomic(out / RESULT, result)

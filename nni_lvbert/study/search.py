@@ -11,7 +11,8 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..rundir import read_json, write_json_atomic, write_text_atomic
-from .common import StudyOptions, begin, log, markdown_table, one_process_each, pyplot, save_figure, start
+from .common import (StudyOptions, begin, log, markdown_table, one_process_each, pyplot, save_figure, shown_path,
+                     start)
 
 RESULT = "search_study.json"
 STRATEGIES = ["evolution", "regularized-evolution", "random"]
@@ -84,7 +85,7 @@ def run_search_study(opts: SearchStudyOptions) -> dict:
     per_seed = {seed: _read_seed(out / f"seed{seed}", opts.strategies, cfg) for seed in range(opts.seeds)}
     result = summarize(per_seed, opts.strategies, cfg)
     scorer = read_json(out / "seed0" / "search.json").get("scorer", {})
-    result.update(study="search", supernet=str(Path(opts.supernet).resolve()), val_tokens=val_tokens,
+    result.update(study="search", supernet=shown_path(opts.supernet), val_tokens=val_tokens,
                   masked_tokens=scorer.get("val_masked_tokens"), evolution=cfg.to_dict(), budget=cfg.budget)
     _report(result, out)
     write_json_atomic(out / RESULT, result)
