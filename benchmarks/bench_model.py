@@ -39,19 +39,25 @@ def interleaved_medians(steps: dict, n: int, warmup: int = 2) -> dict:
     return {name: statistics.median(v) for name, v in times.items()}
 
 
-def bench_vs_hf(size, batch, seq, steps):
+def build_pair(size):
+    """(cfg, our interleaved `bert`, transformers' BertForMaskedLM of the same shape); BERT has E = H."""
     from transformers import BertConfig, BertForMaskedLM
 
     from nni_lvbert.config import load_size
     from nni_lvbert.modeling import LVBertForMaskedLM
 
     cfg = load_size(size, embedding_size=None)
-    cfg.embedding_size = cfg.hidden_size  # BERT has E = H
+    cfg.embedding_size = cfg.hidden_size
     ours = LVBertForMaskedLM(cfg, "sf" * 12)
     hf = BertForMaskedLM(BertConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=12,
                                     num_attention_heads=cfg.num_heads, intermediate_size=cfg.ff_size,
                                     max_position_embeddings=cfg.max_position, hidden_act="gelu",
                                     attn_implementation="sdpa"))
+    return cfg, ours, hf
+
+
+def bench_vs_hf(size, batch, seq, steps):
+    cfg, ours, hf = build_pair(size)
     gen = torch.Generator().manual_seed(0)
     ids, mask, labels = masked_batch(cfg.vocab_size, batch, seq, gen)
     steps_by_side = {}

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_search.py --supernet runs/supernet            # a trained tiny supernet
     python benchmarks/bench_search.py                                       # builds an untrained tiny one
+    python benchmarks/bench_search.py --size small --device cuda --evaluations 200   # GPU: scoring at small
 
 Measures, on one candidate sequence (LV-BERT Algorithm 1 driven by the real scores):
 - the whole Algorithm-1 budget in process with prefix reuse (P + (T-1)(N_cro + N_mut) = 1000 evaluations, each on
@@ -33,8 +34,8 @@ warnings.filterwarnings("ignore")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def build_untrained_tiny(root: Path) -> Path:
-    """An untrained `tiny` lvbert supernet on the embedded corpus (data prepared or reused from the cache)."""
+def build_untrained(root: Path, size: str = "tiny") -> Path:
+    """An untrained lvbert supernet of `size` on the embedded corpus (data prepared or reused from the cache)."""
     from nni_lvbert.config import load_size, load_space
     from nni_lvbert.data import prepare
     from nni_lvbert.space import LVBertSpace
@@ -43,22 +44,24 @@ def build_untrained_tiny(root: Path) -> Path:
     from nni_lvbert.supernet.strategy import SeededRandomOneShot
 
     spec = load_space("lvbert")
-    cfg = load_size("tiny")
-    data = prepare(None, "tiny", vocab_size=cfg.vocab_size, max_length=cfg.max_length)
+    cfg = load_size(size)
+    data = prepare(None, size, vocab_size=cfg.vocab_size, max_length=cfg.max_length)
     cfg.vocab_size = data.vocab_size
     space = LVBertSpace(spec, cfg)
     SeededRandomOneShot().mutate_model(space)
-    run = RunDir(root / "untrained-tiny", "supernet")
+    run = RunDir(root / f"untrained-{size}", "supernet")
     run.path.mkdir(parents=True, exist_ok=True)
     run.save_static(spec, cfg, data.tokenizer_dir)
     run.save_weights(space, WEIGHTS)
-    run.write_json("meta.json", {"run_dir": str(run), "size": "tiny", "steps": 0, "data": {"path": str(data.path)}})
+    run.write_json("meta.json", {"run_dir": str(run), "size": size, "steps": 0, "data": {"path": str(data.path)}})
     return run.path
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--supernet", default=None, help="tiny supernet run directory (default: build an untrained one)")
+    p.add_argument("--supernet", default=None, help="supernet run directory (default: build an untrained one)")
+    p.add_argument("--size", default="tiny", help="size of the untrained supernet built without --supernet")
+    p.add_argument("--device", default="auto", help="scoring device: auto (default: a GPU if any), cpu, cuda, ...")
     p.add_argument("--val-tokens", type=int, default=16384)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -89,12 +92,13 @@ def main() -> int:
         run = Path(args.supernet)
         report["supernet"] = str(run)
     else:
-        run = build_untrained_tiny(tmp)
-        report["supernet"] = "untrained tiny supernet built by the benchmark (scores ~equal: the candidate " \
-                             "sequence, and so prefix reuse, differ from a trained supernet's)"
+        run = build_untrained(tmp, args.size)
+        report["supernet"] = f"untrained {args.size} supernet built by the benchmark (scores ~equal: the " \
+                             "candidate sequence, and so prefix reuse, differ from a trained supernet's)"
     t0 = time.perf_counter()
     cached = SupernetScorer(run, val_tokens=args.val_tokens, batch_size=args.batch_size, prefix_cache=True,
-                            cache_mb=args.cache_mb)
+                            cache_mb=args.cache_mb, device=args.device)
+    report["device"] = str(cached.device)
     report["load_seconds"] = round(time.perf_counter() - t0, 2)
     report["validation"] = {k: cached.val_stats[k] for k in ("sequences", "tokens", "masked_tokens")}
     report["model"] = {"slots": cached.spec.slots, "hidden": cached.cfg.hidden_size, "vocab": cached.cfg.vocab_size,
@@ -105,7 +109,8 @@ def main() -> int:
     cfg = EvolutionConfig()
     algo = Algorithm1({label: list(cached.spec.candidates) for label in cached.labels}, cfg, seed=args.seed)
     limit = min(args.evaluations or cfg.budget, cfg.budget)
-    naive = SupernetScorer(run, val_tokens=args.val_tokens, batch_size=args.batch_size, prefix_cache=False)
+    naive = SupernetScorer(run, val_tokens=args.val_tokens, batch_size=args.batch_size, prefix_cache=False,
+                           device=args.device)
     every = 1 if args.naive_sample <= 0 else max(1, limit // max(1, args.naive_sample))
     seq, times, scores = [], [], []
     pairs, diffs, freeze_times = [], [], []

@@ -17,7 +17,9 @@ import warnings
 warnings.filterwarnings("ignore", message=".*is found to be not a nn.Module.*")
 
 
-def run_one(mode: str, size: str, arch: str, batch: int, seq: int, steps: int) -> dict:
+def build_side(mode: str, size: str, arch: str, seq: int = 128):
+    """(model, select): the supernet (with `select`, what SeededSamplingModule does every step: activate the arch's
+    path) or the fixed model of `arch` (`select` does nothing)."""
     import torch
 
     from nni_lvbert.arch import parse_arch, to_dict
@@ -36,24 +38,33 @@ def run_one(mode: str, size: str, arch: str, batch: int, seq: int, steps: int) -
         SeededRandomOneShot().mutate_model(model)
         paths = [m for m in model.modules() if hasattr(m, "resample") and hasattr(m, "label")]
 
-        def select():  # what SeededSamplingModule does every step
+        def select():
             memo = to_dict(types)
             for m in paths:
                 m.resample(memo=memo)
-    else:
-        model = LVBertForMaskedLM(cfg, types)
+        return model, select
+    return LVBertForMaskedLM(cfg, types), lambda: None
 
-        def select():
-            pass
 
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+def masked_batch(vocab: int, batch: int, seq: int, device=None):
+    """(ids, attention mask, labels): 15 % of random tokens as MLM targets, seeded."""
+    import torch
+
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, cfg.vocab_size, (batch, seq), generator=g)
+    ids = torch.randint(5, vocab, (batch, seq), generator=g)
     labels = torch.full_like(ids, -100)
     where = torch.rand(batch, seq, generator=g) < 0.15
     labels[where] = ids[where]
-    mask = torch.ones_like(ids)
+    return ids.to(device), torch.ones_like(ids).to(device), labels.to(device)
+
+
+def run_one(mode: str, size: str, arch: str, batch: int, seq: int, steps: int) -> dict:
+    import torch
+
+    model, select = build_side(mode, size, arch, seq)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids, mask, labels = masked_batch(model.config.vocab_size, batch, seq)
     times = []
     for i in range(steps + 1):
         t = time.perf_counter()

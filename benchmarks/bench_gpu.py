@@ -1,0 +1,204 @@
+"""Benchmark (not a test): the GPU targets of the project in one process, on --device (cuda: bf16 autocast).
+
+- model:    training tokens/s of our interleaved `bert` vs transformers' BertForMaskedLM of the same shape
+            (bench_model's pair), eager and, with --compile, ours with every layer block compiled (`--compile` of
+            the CLI); MFU = 6 x parameters x tokens/s over the device's dense bf16 peak. Target: ours >= 1.5x HF.
+- layers:   fwd+bwd of dc / sa / ff / glu at --size's hidden size (and compiled with --compile). Target dc <= 1.2x sa.
+- supernet: a supernet training step on one sampled path vs the fixed model of the same arch (bench_supernet's
+            sides). Target <= 1.05x.
+The sides of each part alternate their steps (noise hits every side alike; CUDA is synchronised around each step);
+medians of --steps. Each part is timed on its own: one that fails is reported with its error and the others still
+run. Prints one JSON object and writes it to --out after every part. Search scoring on the GPU:
+`bench_search.py --size small --device cuda`.
+    python benchmarks/bench_gpu.py [--device cuda] [--size small] [--batch 128] [--seq 128] [--steps 20] [--compile]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmarks
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the source tree (PYTHONPATH-free on a GPU host)
+warnings.filterwarnings("ignore")
+
+PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12}  # dense, spec sheets
+
+
+def peak_flops(device) -> float | None:
+    import torch
+
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_BF16.items() if k in name), None)
+
+
+def sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def alternate(steps: dict, n: int, device, warmup: int = 3) -> dict:
+    """Median seconds per call of each callable, their calls alternating, after `warmup` rounds (compilation,
+    optimizer state, allocator)."""
+    times = {name: [] for name in steps}
+    for i in range(warmup + n):
+        for name, step in steps.items():
+            sync(device)
+            t = time.perf_counter()
+            step()
+            sync(device)
+            if i >= warmup:
+                times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def train_step(model, loss_fn, device, amp: bool):
+    """One AdamW training step of `model` (bf16 autocast when `amp`)."""
+    import torch
+
+    model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            loss = loss_fn(model)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def compiled_copy(model):
+    import copy
+
+    from nni_lvbert.training import compile_layers
+
+    twin = copy.deepcopy(model)
+    compile_layers(twin)
+    return twin
+
+
+def part_model(a, device, amp) -> dict:
+    from bench_model import build_pair
+    from bench_supernet import masked_batch
+
+    cfg, ours, hf = build_pair(a.size)
+    ids, mask, labels = masked_batch(cfg.vocab_size, a.batch, a.seq, device)
+    sides = {"ours": (ours, lambda m: m(ids, mask, labels=labels).loss),
+             "hf": (hf, lambda m: m(input_ids=ids, attention_mask=mask, labels=labels).loss)}
+    if a.compile:
+        sides["ours_compiled"] = (compiled_copy(ours), sides["ours"][1])
+    params = {name: sum(p.numel() for p in m.parameters()) for name, (m, _) in sides.items()}
+    secs = alternate({name: train_step(m, f, device, amp) for name, (m, f) in sides.items()}, a.steps, device)
+    tokens, peak = a.batch * a.seq, peak_flops(device)
+    out = {"shape": f"bert-{a.size} E=H={cfg.hidden_size}, 12 SA + 12 FF, batch {a.batch} x {a.seq}"}
+    for name, s in secs.items():
+        out[name] = {"step_ms": round(s * 1e3, 2), "tokens_per_s": round(tokens / s),
+                     "mfu": round(6 * params[name] * tokens / s / peak, 4) if peak else None}
+    out["ours_over_hf"] = round(secs["hf"] / secs["ours"], 3)
+    if a.compile:
+        out["ours_compiled_over_hf"] = round(secs["hf"] / secs["ours_compiled"], 3)
+    return out
+
+
+def part_layers(a, device, amp) -> dict:
+    import torch
+
+    from nni_lvbert.config import load_size
+    from nni_lvbert.layers import LAYER_CLASSES, build_layer
+
+    cfg = load_size(a.size, max_length=a.seq)
+    x = torch.randn(a.batch, a.seq, cfg.hidden_size, device=device, requires_grad=True)
+    layers = {t: build_layer(t, cfg).to(device).train() for t in LAYER_CLASSES}
+    if a.compile:
+        layers.update({f"{t}_compiled": compiled_copy(m) for t, m in list(layers.items())})
+
+    def step(layer):
+        def run():
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+                y = layer(x, None)
+            y.float().sum().backward()
+        return run
+
+    secs = alternate({t: step(m) for t, m in layers.items()}, a.steps, device)
+    out = {"shape": f"H{cfg.hidden_size}, batch {a.batch} x {a.seq}, fwd+bwd",
+           "ms": {t: round(s * 1e3, 3) for t, s in secs.items()}, "dc_over_sa": round(secs["dc"] / secs["sa"], 3)}
+    if a.compile:
+        out["dc_over_sa_compiled"] = round(secs["dc_compiled"] / secs["sa_compiled"], 3)
+    return out
+
+
+def part_supernet(a, device, amp) -> dict:
+    from bench_supernet import build_side, masked_batch
+
+    sides = {mode: build_side(mode, a.size, a.arch, a.seq) for mode in ("fixed", "supernet")}
+    ids, mask, labels = masked_batch(sides["fixed"][0].config.vocab_size, a.batch, a.seq, device)
+
+    def step(model, select):
+        inner = train_step(model, lambda m: m(ids, mask, labels=labels).loss, device, amp)
+
+        def run():
+            select()
+            inner()
+        return run
+
+    secs = alternate({mode: step(*side) for mode, side in sides.items()}, a.steps, device)
+    return {"shape": f"{a.arch} at {a.size}, batch {a.batch} x {a.seq}",
+            **{mode: {"step_ms": round(s * 1e3, 2), "tokens_per_s": round(a.batch * a.seq / s)}
+               for mode, s in secs.items()},
+            "supernet_over_fixed": round(secs["supernet"] / secs["fixed"], 3)}
+
+
+PARTS = {"model": part_model, "layers": part_layers, "supernet": part_supernet}
+TARGETS = {"model.ours_over_hf (or ours_compiled_over_hf)": ">= 1.5", "layers.dc_over_sa": "<= 1.2",
+           "supernet.supernet_over_fixed": "<= 1.05"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--size", default="small")
+    ap.add_argument("--arch", default="lvbert-small", help="the supernet part's path (default lvbert-small)")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--compile", action="store_true", help="also time the layer blocks under torch.compile")
+    ap.add_argument("--no-amp", dest="amp", action="store_false", help="fp32 (default on cuda: bf16 autocast)")
+    ap.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
+    ap.add_argument("--out", type=Path, help="also write the JSON here (after every part)")
+    a = ap.parse_args()
+    import torch
+
+    device = torch.device(a.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print(f"error: --device {a.device}: torch {torch.__version__} sees no CUDA device", file=sys.stderr)
+        return 2
+    amp = a.amp and device.type == "cuda"
+    report = {"torch": torch.__version__, "device": torch.cuda.get_device_name(device) if device.type == "cuda"
+              else a.device, "bf16_autocast": amp, "peak_bf16_flops": peak_flops(device), "targets": TARGETS}
+    for name in a.parts:
+        t = time.perf_counter()
+        try:
+            report[name] = PARTS[name](a, device, amp)
+        except Exception as exc:  # noqa: BLE001  (one part failing must not lose the others' numbers)
+            report[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
+        report[name]["seconds"] = round(time.perf_counter() - t, 1)
+        if a.out:
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(json.dumps(report, indent=2))
+        print(f"{name}: done in {report[name]['seconds']} s", file=sys.stderr, flush=True)
+    print(json.dumps(report, indent=2))
+    return 0 if all("error" not in report[p] for p in a.parts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
