@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One prepared GPU check for a short loan of a GPU machine (issue #14), run from the repository root:
+#   bash benchmarks/gpu_session.sh OUT
+# 1. gpu_smoke.py: every training path at tiny (does the GPU path run at all?)
+# 2. bench_gpu.py --compile: ours vs transformers (tokens/s, MFU), dc/sa, supernet vs fixed step
+# 3. bench_search.py at small on the GPU: search scoring speed
+# each under its own time limit (SMOKE_S, BENCH_S, SEARCH_S seconds), logs and JSON under OUT. Wheels packed by
+# ../shared/gpu/pack-wheels.sh into .gpu-wheels/ are installed first when present (a machine without nni/datasets).
+# ACCEL=cpu runs the same plumbing on a CPU at tiny shapes (a check of this script, not a measurement).
+set -uo pipefail
+OUT=${1:-runs/gpu-session}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+if ls .gpu-wheels/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu-wheels/*.whl \
+    > "$OUT/pip.log" 2>&1 || echo "wheel install failed: $OUT/pip.log" >&2
+  export PYTHONPATH=$PWD:/tmp/site
+else
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONFAULTHANDLER=1 TOKENIZERS_PARALLELISM=false
+if [ "${ACCEL:-gpu}" = cpu ]; then
+  smoke=(--accelerator cpu --steps 4) bench=(--device cpu --size tiny --batch 4 --seq 32 --steps 2)
+  search=(--size tiny --device cpu --evaluations 20 --naive-sample 4 --freeze-sample 1)
+else
+  smoke=(--steps 50) bench=(--compile) search=(--size small --device cuda --evaluations 200 --naive-sample 20
+                                              --freeze-sample 2)
+fi
+status=0
+step() {  # name, seconds, command...: runs it with a time limit, stdout+stderr to OUT/name.log
+  local name=$1 limit=$2 t0=$SECONDS rc
+  shift 2
+  timeout -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  rc=$?
+  echo "$name: exit $rc after $((SECONDS - t0)) s (limit $limit s)" | tee -a "$OUT/summary.txt"
+  [ "$rc" -eq 0 ] || status=1
+}
+python3 -c "import torch; print(torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name(0))" \
+  > "$OUT/env.txt" 2>&1
+step smoke "${SMOKE_S:-330}" python3 benchmarks/gpu_smoke.py "${smoke[@]}" --timeout 240 --dump-after 60 \
+  --out "$OUT/smoke"
+step bench_gpu "${BENCH_S:-240}" python3 benchmarks/bench_gpu.py "${bench[@]}" --out "$OUT/bench_gpu.json"
+step bench_search "${SEARCH_S:-200}" python3 benchmarks/bench_search.py "${search[@]}" --trial-runs 0
+cat "$OUT/env.txt" "$OUT/summary.txt"
+exit $status
