@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 import traceback
@@ -46,19 +45,12 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def alternate(steps: dict, n: int, device, warmup: int = 3) -> dict:
-    """Median seconds per call of each callable, their calls alternating, after `warmup` rounds (compilation,
-    optimizer state, allocator)."""
-    times = {name: [] for name in steps}
-    for i in range(warmup + n):
-        for name, step in steps.items():
-            sync(device)
-            t = time.perf_counter()
-            step()
-            sync(device)
-            if i >= warmup:
-                times[name].append(time.perf_counter() - t)
-    return {name: statistics.median(v) for name, v in times.items()}
+def timed(steps: dict, n: int, device) -> dict:
+    """`interleaved_medians` with CUDA synchronised around each call; 3 warm-up rounds (compilation, optimizer
+    state, allocator)."""
+    from common import interleaved_medians
+
+    return interleaved_medians(steps, n, warmup=3, sync=lambda: sync(device))
 
 
 def train_step(model, loss_fn, device, amp: bool):
@@ -89,16 +81,16 @@ def compiled_copy(model):
 
 def part_model(a, device, amp) -> dict:
     from bench_model import build_pair
-    from bench_supernet import masked_batch
+    from common import masked_batch
 
     cfg, ours, hf = build_pair(a.size)
-    ids, mask, labels = masked_batch(cfg.vocab_size, a.batch, a.seq, device)
+    ids, mask, labels = masked_batch(cfg.vocab_size, a.batch, a.seq, device=device)
     sides = {"ours": (ours, lambda m: m(ids, mask, labels=labels).loss),
              "hf": (hf, lambda m: m(input_ids=ids, attention_mask=mask, labels=labels).loss)}
     if a.compile:
         sides["ours_compiled"] = (compiled_copy(ours), sides["ours"][1])
     params = {name: sum(p.numel() for p in m.parameters()) for name, (m, _) in sides.items()}
-    secs = alternate({name: train_step(m, f, device, amp) for name, (m, f) in sides.items()}, a.steps, device)
+    secs = timed({name: train_step(m, f, device, amp) for name, (m, f) in sides.items()}, a.steps, device)
     tokens, peak = a.batch * a.seq, peak_flops(device)
     out = {"shape": f"bert-{a.size} E=H={cfg.hidden_size}, 12 SA + 12 FF, batch {a.batch} x {a.seq}"}
     for name, s in secs.items():
@@ -129,7 +121,7 @@ def part_layers(a, device, amp) -> dict:
             y.float().sum().backward()
         return run
 
-    secs = alternate({t: step(m) for t, m in layers.items()}, a.steps, device)
+    secs = timed({t: step(m) for t, m in layers.items()}, a.steps, device)
     out = {"shape": f"H{cfg.hidden_size}, batch {a.batch} x {a.seq}, fwd+bwd",
            "ms": {t: round(s * 1e3, 3) for t, s in secs.items()}, "dc_over_sa": round(secs["dc"] / secs["sa"], 3)}
     if a.compile:
@@ -138,10 +130,11 @@ def part_layers(a, device, amp) -> dict:
 
 
 def part_supernet(a, device, amp) -> dict:
-    from bench_supernet import build_side, masked_batch
+    from bench_supernet import build_side
+    from common import masked_batch
 
     sides = {mode: build_side(mode, a.size, a.arch, a.seq) for mode in ("fixed", "supernet")}
-    ids, mask, labels = masked_batch(sides["fixed"][0].config.vocab_size, a.batch, a.seq, device)
+    ids, mask, labels = masked_batch(sides["fixed"][0].config.vocab_size, a.batch, a.seq, device=device)
 
     def step(model, select):
         inner = train_step(model, lambda m: m(ids, mask, labels=labels).loss, device, amp)
@@ -151,7 +144,7 @@ def part_supernet(a, device, amp) -> dict:
             inner()
         return run
 
-    secs = alternate({mode: step(*side) for mode, side in sides.items()}, a.steps, device)
+    secs = timed({mode: step(*side) for mode, side in sides.items()}, a.steps, device)
     return {"shape": f"{a.arch} at {a.size}, batch {a.batch} x {a.seq}",
             **{mode: {"step_ms": round(s * 1e3, 2), "tokens_per_s": round(a.batch * a.seq / s)}
                for mode, s in secs.items()},

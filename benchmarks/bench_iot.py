@@ -11,38 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 import warnings
 
 import torch
 
+from common import interleaved_medians, masked_batch  # this folder is on sys.path when run as a script
+
 warnings.filterwarnings("ignore", message=".*is found to be not a nn.Module.*")
-
-
-def masked_batch(vocab, batch, seq, gen, min_len):
-    """Random tokens, lengths uniform in [min_len, seq] (padding on the right), 15 % of real tokens masked."""
-    lengths = torch.randint(min_len, seq + 1, (batch,), generator=gen)
-    mask = (torch.arange(seq)[None] < lengths[:, None]).long()
-    ids = torch.randint(5, vocab, (batch, seq), generator=gen) * mask
-    labels = torch.full_like(ids, -100)
-    where = (torch.rand(batch, seq, generator=gen) < 0.15) & mask.bool()
-    labels[where] = ids[where]
-    ids = ids.masked_fill(where, 4)
-    return ids, mask, labels
-
-
-def interleaved_medians(fns: dict, repeats: int, warmup: int = 1) -> dict:
-    """Median seconds per callable, timed round-robin so that load changes on a shared machine hit all alike."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            t = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t)
-    return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
 
 def main() -> None:

@@ -8,35 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 import warnings
 
 import torch
 
+from common import interleaved_medians, masked_batch  # this folder is on sys.path when run as a script
+
 warnings.filterwarnings("ignore", message=".*is found to be not a nn.Module.*")
-
-
-def masked_batch(vocab, batch, seq, gen):
-    ids = torch.randint(5, vocab, (batch, seq), generator=gen)
-    labels = torch.full_like(ids, -100)
-    where = torch.rand(batch, seq, generator=gen) < 0.15
-    labels[where] = ids[where]
-    ids = ids.masked_fill(where, 4)
-    return ids, torch.ones_like(ids), labels
-
-
-def interleaved_medians(steps: dict, n: int, warmup: int = 2) -> dict:
-    """Median seconds of each callable in `steps`, their calls alternating (noise on a shared machine hits every
-    side alike) after `warmup` rounds."""
-    times = {name: [] for name in steps}
-    for i in range(warmup + n):
-        for name, step in steps.items():
-            t = time.perf_counter()
-            step()
-            if i >= warmup:
-                times[name].append(time.perf_counter() - t)
-    return {name: statistics.median(v) for name, v in times.items()}
 
 
 def build_pair(size):
@@ -74,7 +52,7 @@ def bench_vs_hf(size, batch, seq, steps):
             opt.step()
 
         steps_by_side[name] = step
-    results = interleaved_medians(steps_by_side, steps)
+    results = interleaved_medians(steps_by_side, steps, warmup=2)
     tokens = batch * seq
     return {
         "shape": f"bert-{size} E=H={cfg.hidden_size} 12 SA + 12 FF, batch {batch}, seq {seq}",
@@ -98,7 +76,7 @@ def bench_layers(size, batch, seq, steps):
             layer(x, None).sum().backward()
 
         steps_by_type[t] = step
-    out = interleaved_medians(steps_by_type, steps * 2)
+    out = interleaved_medians(steps_by_type, steps * 2, warmup=2)
     return {
         "shape": f"H{cfg.hidden_size} batch {batch} seq {seq}, fwd+bwd",
         "ms": {t: round(v * 1e3, 2) for t, v in out.items()},

@@ -46,20 +46,10 @@ def build_side(mode: str, size: str, arch: str, seq: int = 128):
     return LVBertForMaskedLM(cfg, types), lambda: None
 
 
-def masked_batch(vocab: int, batch: int, seq: int, device=None):
-    """(ids, attention mask, labels): 15 % of random tokens as MLM targets, seeded."""
-    import torch
-
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, vocab, (batch, seq), generator=g)
-    labels = torch.full_like(ids, -100)
-    where = torch.rand(batch, seq, generator=g) < 0.15
-    labels[where] = ids[where]
-    return ids.to(device), torch.ones_like(ids).to(device), labels.to(device)
-
-
 def run_one(mode: str, size: str, arch: str, batch: int, seq: int, steps: int) -> dict:
     import torch
+
+    from common import masked_batch  # this folder is on sys.path when run as a script
 
     model, select = build_side(mode, size, arch, seq)
     model.train()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy
-
 import torch
 import torch.nn.functional as F
 from torch import nn
