@@ -1,8 +1,18 @@
+import os
 import socket
 import warnings
 
-import pytest
-import torch
+XDIST_WORKER = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+if XDIST_WORKER:
+    # Under pytest-xdist (scripts/test.sh runs two workers on CI's two cores) every worker, and every process its
+    # tests start, uses one thread: two processes with two threads each on two cores slow each other 10-40x.
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+if XDIST_WORKER:
+    torch.set_num_threads(1)
 
 from nni_lvbert.config import ModelConfig
 
