@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
 import subprocess
 import sys
-import time
 import warnings
+
+from common import interleaved_medians  # this folder is on sys.path when run as a script
 
 warnings.filterwarnings("ignore")
 MODES = ("electra", "mlm", "hf-electra")
@@ -126,16 +126,10 @@ def step_times(size: str, batch: int, seq: int, steps: int, threads: int) -> dic
 
     torch.set_num_threads(threads)
     sides = {mode: build(mode, size, batch, seq) for mode in MODES}
-    times: dict[str, list] = {mode: [] for mode in MODES}
-    for i in range(steps + 2):
-        for mode, (_, _, step, _) in sides.items():
-            t = time.perf_counter()
-            step()
-            if i >= 2:
-                times[mode].append(time.perf_counter() - t)
+    medians = interleaved_medians({mode: step for mode, (_, _, step, _) in sides.items()}, steps, warmup=2)
     out = {}
     for mode, (_, params, _, impl) in sides.items():
-        step_s = statistics.median(times[mode])
+        step_s = medians[mode]
         out[mode] = {"mode": mode, "params": sum(p.numel() for p in params), "attention": impl,
                      "step_s": round(step_s, 4), "tokens_per_s": round(batch * seq / step_s, 1)}
     return out

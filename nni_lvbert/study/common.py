@@ -106,7 +106,7 @@ def shown_path(path) -> str:
 
 def shown_stats(stats: dict) -> dict:
     """Validation statistics with their data path as `shown_path` gives it."""
-    return {**stats, "data": shown_path(stats["data"])} if "data" in stats else stats
+    return {**stats, "data": shown_path(stats["data"])}
 
 
 def log(msg: str) -> None:
