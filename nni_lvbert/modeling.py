@@ -58,7 +58,7 @@ class MLMHead(nn.Module):
 @dataclass
 class MLMOutput:
     loss: torch.Tensor | None  # mean cross-entropy over masked positions
-    logits: torch.Tensor | None  # (batch, seq, vocab), or (n_masked, vocab) when only_masked
+    logits: torch.Tensor | None  # (batch, seq, vocab), or (n_masked [+ padding], vocab) when only_masked
     correct: torch.Tensor | None = None  # number of masked tokens predicted right
     count: torch.Tensor | None = None  # number of masked tokens
     hidden: torch.Tensor | None = None
@@ -77,14 +77,23 @@ class MaskedLMMixin:
             x = layer(x, mask)
         return x
 
-    def mlm(self, hidden, labels=None, only_masked: bool = True) -> MLMOutput:
-        """MLM loss/accuracy; with labels and only_masked, the vocab projection runs only at masked positions."""
+    mlm_rows_multiple = 1  # > 1: masked rows padded (ignored) to a multiple of it: fewer shapes for CUDA graphs
+
+    def mlm(self, hidden, labels=None, only_masked: bool = True, positions=None) -> MLMOutput:
+        """MLM loss/accuracy. With labels and only_masked, the vocabulary projection runs only at the masked
+        positions: `positions`, their flat (batch x seq) indices in ascending order as counted on the host by the
+        collators (`data.masking.host_counts`: no device sync), else found here from labels != -100."""
         if labels is None:
             return MLMOutput(loss=None, logits=self.head(hidden), hidden=hidden)
         if only_masked:
-            where = labels != -100
-            logits = self.head(hidden[where])
-            target = labels[where]
+            if positions is None:
+                positions = (labels.reshape(-1) != -100).nonzero().squeeze(-1)
+            rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, positions)
+            target = labels.reshape(-1).index_select(0, positions)
+            pad = -positions.shape[0] % self.mlm_rows_multiple
+            if pad:
+                rows, target = F.pad(rows, (0, 0, 0, pad)), F.pad(target, (0, pad), value=-100)
+            logits = self.head(rows)
         else:
             logits = self.head(hidden)
             target = labels
@@ -93,16 +102,20 @@ class MaskedLMMixin:
         correct = mlm_correct(logits.detach(), target).sum()
         return MLMOutput(loss=loss, logits=logits, correct=correct, count=valid.sum(), hidden=hidden)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, only_masked=True):
-        return self.mlm(self.encode(input_ids, attention_mask, token_type_ids), labels, only_masked)
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, only_masked=True,
+                positions=None):
+        return self.mlm(self.encode(input_ids, attention_mask, token_type_ids), labels, only_masked, positions)
 
 
 def mlm_correct(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """The one definition of a right MLM prediction: `logits.argmax(-1) == target`, exactly (ties go to the first
-    maximum, as argmax), but several times faster on CPU, where argmax over a vocabulary is slow and amax + gather
-    are not: argmax runs only on the rows whose target logit reaches the maximum. Targets < 0 (ignored positions)
-    give False. Training, validation, the search scorer, the nnictl trial and IOT's per-instance counts all use it."""
+    maximum, as argmax); targets < 0 (ignored positions) give False. Training, validation, the search scorer, the
+    nnictl trial and IOT's per-instance counts all use it. On CPU several times faster than argmax over a
+    vocabulary, where amax + gather are not slow: argmax runs only on the rows whose target logit reaches the
+    maximum (two host syncs, nothing on a CPU). Elsewhere, and under torch.compile, argmax itself: no sync."""
     safe = target.clamp(min=0)
+    if logits.device.type != "cpu" or torch.compiler.is_compiling():
+        return (logits.argmax(-1) == safe) & (target >= 0)
     hit = (logits.gather(-1, safe.unsqueeze(-1)).squeeze(-1) == logits.amax(-1)) & (target >= 0)
     if bool(hit.any()):
         rows = hit.clone()

@@ -209,8 +209,11 @@ def test_train_batches_mask_15_percent_80_10_10(prepared):
     dm = MLMDataModule(prepared, batch_size=64, seed=0)
     batches = list(itertools.islice(dm.train_dataloader(), 12))
     b = batches[0]
-    assert set(b) == {"input_ids", "token_type_ids", "attention_mask", "labels"}
-    assert all(v.dtype == torch.long and v.shape == b["input_ids"].shape for v in b.values())
+    per_token = {"input_ids", "token_type_ids", "attention_mask", "labels"}
+    assert set(b) == per_token | {"mlm_positions", "real_tokens"}  # + the host counts (data.masking.host_counts)
+    assert all(b[k].dtype == torch.long and b[k].shape == b["input_ids"].shape for k in per_token)
+    assert b["real_tokens"] == int(b["attention_mask"].sum())
+    assert torch.equal(b["labels"].reshape(-1)[b["mlm_positions"]], b["labels"][b["labels"] != -100])
     assert not (b["labels"][b["attention_mask"] == 0] != -100).any()
     masked, eligible, as_mask, unchanged = mask_counts(batches)
     assert eligible > 20000
@@ -237,7 +240,10 @@ def test_validation_masking_is_fixed_across_loads_and_rebuilds(prepared, corpus_
     assert not rebuilt.reused
     third = val_batches(rebuilt)
     for a, b, c in zip(first, second, third, strict=True):
-        for k in a:
-            assert torch.equal(a[k], b[k]) and torch.equal(a[k], c[k])
+        for k in a:  # tensors, and the collator's host counts (ints)
+            if torch.is_tensor(a[k]):
+                assert torch.equal(a[k], b[k]) and torch.equal(a[k], c[k])
+            else:
+                assert a[k] == b[k] == c[k]
     masked, eligible, _, _ = mask_counts(first)
     assert masked == prepared.stats["val"]["masked"] and abs(masked / eligible - 0.15) < 0.03

@@ -60,6 +60,25 @@ def pad_sequences(rows: list[dict], fill: dict[str, int]) -> dict:
     return batch
 
 
+def host_counts(batch: dict) -> dict:
+    """`batch` with what the model would otherwise ask its device for, counted here on the host (a host sync per
+    question on a GPU, and a graph break under torch.compile): `mlm_positions`, the flat (batch x seq) indices of the
+    MLM targets (labels != -100) in ascending order, and `real_tokens`, the number of real tokens (an int). Every
+    MLM collator ends with it; `model_mask` and `MaskedLMMixin.mlm` use them."""
+    batch = dict(batch)
+    if "labels" in batch:
+        batch["mlm_positions"] = (batch["labels"].reshape(-1) != IGNORE_INDEX).nonzero().squeeze(-1)
+    batch["real_tokens"] = int(batch["attention_mask"].sum())
+    return batch
+
+
+def model_mask(batch: dict):
+    """The attention mask the model needs: `attention_mask`, or None when the host counted no padding (the model
+    then skips its own check, one host sync per step on a GPU); the same results either way."""
+    mask = batch["attention_mask"]
+    return None if batch.get("real_tokens") == mask.numel() else mask
+
+
 class PadCollator:
     """Collate already-masked rows (pad_sequences with token labels): the validation DataLoader and the search
     scorer's validation batches (`load_val_batches`)."""
@@ -68,4 +87,5 @@ class PadCollator:
         self.pad_token_id = pad_token_id
 
     def __call__(self, rows: list[dict]) -> dict:
-        return pad_sequences(rows, {"input_ids": self.pad_token_id, "token_type_ids": 0, "labels": IGNORE_INDEX})
+        return host_counts(pad_sequences(rows, {"input_ids": self.pad_token_id, "token_type_ids": 0,
+                                                "labels": IGNORE_INDEX}))

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from .masking import host_counts
+
 
 class StepBatchSampler(Sampler):
     def __init__(self, n_rows: int, global_batch: int, seed: int, start_batch: int = 0, rank: int = 0, world: int = 1):
@@ -62,7 +64,7 @@ class SeededMasking:
         rows = [{k: v for k, v in r.items() if k != "_batch"} for r in rows]
         self.collator.generator = torch.Generator().manual_seed(int(np.random.SeedSequence([self.seed, key]).generate_state(1)[0]))
         self.collator._generator_pid = os.getpid()  # stop transformers from re-seeding it per worker
-        return self.collator(rows)
+        return host_counts(self.collator(rows))
 
 
 class StepDataLoader(DataLoader):

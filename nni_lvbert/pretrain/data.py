@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..data.datamodule import MLMDataModule
-from ..data.masking import IGNORE_INDEX, PadCollator, mlm_collator
+from ..data.masking import IGNORE_INDEX, PadCollator, host_counts, mlm_collator
 from ..data.resumable import SeededMasking, batch_seed
 
 MASK_PROBABILITY = 0.15  # ELECTRA mask_prob
@@ -119,7 +119,7 @@ class TrainCollate:
                                                                self.special, self.mask_id, self.n_max, u[0], u[1])
         if sop is not None:
             batch["sop_labels"] = torch.tensor(sop, dtype=torch.long)
-        return batch
+        return host_counts(batch)  # after ELECTRA's masking: its own labels
 
 
 class IndexedRows(Dataset):
@@ -161,7 +161,7 @@ class ValCollate:
                                                                self.special, self.mask_id, self.n_max, u[0], u[1])
         if sop is not None:
             batch["sop_labels"] = torch.tensor(sop, dtype=torch.long)
-        return batch
+        return host_counts(batch)  # after ELECTRA's masking: its own labels
 
 
 class PretrainDataModule(MLMDataModule):

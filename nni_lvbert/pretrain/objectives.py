@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from ..data.masking import model_mask
 from ..errors import UserError
 from ..modeling import Embeddings, MaskedLMMixin, LVBertForMaskedLM, build_slot_layers, init_weights
 
@@ -141,8 +142,8 @@ class MLMObjective(nn.Module):
         self.sop_head = SOPHead(cfg) if sop else None
 
     def forward(self, batch: dict) -> dict:
-        hidden = self.mlm.encode(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
-        res = self.mlm.mlm(hidden, batch["labels"])
+        hidden = self.mlm.encode(batch["input_ids"], model_mask(batch), batch.get("token_type_ids"))
+        res = self.mlm.mlm(hidden, batch["labels"], positions=batch.get("mlm_positions"))
         out = {"parts": {"mlm": res.loss}, "mlm_loss": res.loss.detach() * res.count, "mlm_correct": res.correct,
                "mlm_count": res.count}
         out["loss"] = res.loss + _sop(self.sop_head, hidden, batch, out)
@@ -164,18 +165,22 @@ class ElectraObjective(nn.Module):
         self.sop_head = SOPHead(cfg) if sop else None
 
     def forward(self, batch: dict) -> dict:
-        ids, mask, types, labels = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
-                                    batch["labels"])
-        where = labels != -100
-        original = torch.where(where, labels, ids)
-        gen = self.generator.mlm(self.generator.encode(ids, mask, types), labels)  # logits at masked positions
-        fake = original.clone()
-        fake[where] = gumbel_max(gen.logits)
+        ids, mask, types, labels = batch["input_ids"], model_mask(batch), batch.get("token_type_ids"), batch["labels"]
+        positions = batch.get("mlm_positions")  # counted by the collator (no device sync), else found here
+        if positions is None:
+            positions = (labels.reshape(-1) != -100).nonzero().squeeze(-1)
+        original = torch.where(labels != -100, labels, ids)
+        gen = self.generator.mlm(self.generator.encode(ids, mask, types), labels, positions=positions)
+        sample = gumbel_max(gen.logits[:positions.shape[0]])  # logits at the masked positions (then any padding)
+        fake = original.reshape(-1).index_copy(0, positions, sample).view_as(original)
         replaced = fake != original  # only where the sample differs
         hidden = self.discriminator.encode(fake, mask, types)
         logits = self.disc_head(hidden)
-        real = mask.bool()
-        disc_logits, disc_labels = logits[real].float(), replaced[real].float()
+        if mask is None:  # nothing padded: every token counts, in the same order as logits[real]
+            disc_logits, disc_labels = logits.reshape(-1).float(), replaced.reshape(-1).float()
+        else:
+            real = mask.bool()
+            disc_logits, disc_labels = logits[real].float(), replaced[real].float()
         disc_loss = F.binary_cross_entropy_with_logits(disc_logits, disc_labels)
         out = {"parts": {"generator": gen.loss, "discriminator": disc_loss}, "fake_ids": fake,
                "mlm_loss": gen.loss.detach() * gen.count, "mlm_correct": gen.correct, "mlm_count": gen.count,

@@ -7,13 +7,16 @@ import nni
 import torch
 from nni.nas.evaluator.pytorch import LightningModule
 
+from ..data.masking import model_mask
+
 
 def log_throughput(module, batch) -> None:
     """Log training tokens/s (all ranks) to the progress bar, timed between consecutive training steps.
     `module._tick` holds the last step's time; reset it to None after validation, which is not training time."""
     now = time.perf_counter()
     if module._tick is not None:
-        tokens = batch["attention_mask"].sum().item() * module.trainer.world_size
+        tokens = batch.get("real_tokens")  # counted by the collator: no device sync
+        tokens = (int(batch["attention_mask"].sum()) if tokens is None else tokens) * module.trainer.world_size
         module.log("tok/s", tokens / max(now - module._tick, 1e-9), prog_bar=True)
     module._tick = now
 
@@ -40,8 +43,8 @@ class MLMModule(LightningModule):
         self._tick = None
 
     def forward(self, batch):
-        return self.model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
-                          labels=batch["labels"])
+        return self.model(batch["input_ids"], model_mask(batch), batch.get("token_type_ids"), labels=batch["labels"],
+                          positions=batch.get("mlm_positions"))
 
     def training_step(self, batch, batch_idx):
         out = self(batch)
