@@ -8,7 +8,10 @@
 - model_compiled (with --compile, last: the longest compilation): ours with every layer block compiled (the CLI's
             `--compile`), and with the whole model (embeddings, layers, head, loss) as one graph:
             `ours_whole_default`, and `ours_whole_reduce-overhead` with CUDA graphs (inductor); HF eager again.
-- layers:   fwd+bwd of dc / sa / ff / glu at --size's hidden size (and compiled with --compile). Target dc <= 1.2x sa.
+- layers:   fwd+bwd of dc / sa / ff / glu at --size's hidden size (and compiled with --compile), and of dc with its
+            other convolution kernels (`DynamicConv.impl`: shifted adds for the depthwise convolution, unfolded
+            windows for the dynamic one; the same function), so the fastest one on a GPU can become the default.
+            Target dc <= 1.2x sa.
 - supernet: a supernet training step on one sampled path vs the fixed model of the same arch (bench_supernet's
             sides). Target <= 1.05x.
 The sides of each part alternate their steps (noise hits every side alike; CUDA is synchronised around each step);
@@ -173,10 +176,14 @@ def part_layers(a, device, amp) -> dict:
 
     from nni_lvbert.config import load_size
     from nni_lvbert.layers import LAYER_CLASSES, build_layer
+    from nni_lvbert.layers.dynamic_conv import DEPTHWISE, LIGHTWEIGHT, DynamicConv
 
     cfg = load_size(a.size, max_length=a.seq)
     x = torch.randn(a.batch, a.seq, cfg.hidden_size, device=device, requires_grad=True)
     layers = {t: build_layer(t, cfg).to(device).train() for t in LAYER_CLASSES}
+    for impl in [(d, w) for d in DEPTHWISE for w in LIGHTWEIGHT if (d, w) != DynamicConv.impl]:
+        layers[f"dc[{'+'.join(impl)}]"] = variant = build_layer("dc", cfg).to(device).train()
+        variant.impl = impl  # the same function with other kernels (layers/dynamic_conv.py)
     if a.compile:
         layers.update({f"{t}_compiled": compiled_copy(m, a.compile_backend) for t, m in list(layers.items())})
 
@@ -190,8 +197,12 @@ def part_layers(a, device, amp) -> dict:
     secs = timed({t: step(m) for t, m in layers.items()}, a.steps, device)
     out = {"shape": f"H{cfg.hidden_size}, batch {a.batch} x {a.seq}, fwd+bwd",
            "ms": {t: round(s * 1e3, 3) for t, s in secs.items()}, "dc_over_sa": round(secs["dc"] / secs["sa"], 3)}
+    best = min((t for t in secs if t.startswith("dc") and not t.endswith("_compiled")), key=secs.get)
+    out["best_dc"], out["best_dc_over_sa"] = best, round(secs[best] / secs["sa"], 3)
     if a.compile:
         out["dc_over_sa_compiled"] = round(secs["dc_compiled"] / secs["sa_compiled"], 3)
+        best = min((t for t in secs if t.startswith("dc") and t.endswith("_compiled")), key=secs.get)
+        out["best_dc_compiled"], out["best_dc_over_sa_compiled"] = best, round(secs[best] / secs["sa_compiled"], 3)
     return out
 
 

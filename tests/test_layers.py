@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from nni_lvbert.layers import LAYER_CLASSES, GLU_ACTIVATIONS, DynamicConv, GLUFeedForward, build_layer, lightweight_conv
+from nni_lvbert.layers.dynamic_conv import DEPTHWISE, LIGHTWEIGHT
 from tests.conftest import tiny_config
 
 TYPES = list(LAYER_CLASSES)
@@ -92,14 +93,43 @@ def naive_dynamic_conv(layer: DynamicConv, x, mask):
     return F.layer_norm(x + out, (c,), layer.norm.weight, layer.norm.bias, layer.norm.eps)
 
 
+DC_IMPLS = [(d, w) for d in DEPTHWISE for w in LIGHTWEIGHT]
+
+
+@pytest.mark.parametrize("impl", DC_IMPLS, ids="-".join)
 @pytest.mark.parametrize("n,kernel", [(1, 9), (5, 9), (12, 9), (10, 3), (7, 5)])
-def test_dynamic_conv_matches_naive_reference(n, kernel):
+def test_dynamic_conv_matches_naive_reference(n, kernel, impl):
     cfg = tiny_config(conv_kernel=kernel)
     layer = DynamicConv(cfg).eval()
+    layer.impl = impl
     for p in layer.parameters():  # random, non-trivial weights everywhere
         torch.nn.init.normal_(p, std=0.3)
     x, mask = padded_batch(cfg, [n, max(1, n - 2)], n)
     torch.testing.assert_close(layer(x, mask), naive_dynamic_conv(layer, x, mask), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("impl", DC_IMPLS[1:], ids="-".join)
+def test_dynamic_conv_implementations_agree_with_gradients(impl):
+    """Every (depthwise, lightweight) implementation gives the default's outputs and gradients, padded and packed."""
+    from nni_lvbert.layers import TokenRows
+
+    cfg = tiny_config(conv_kernel=5)
+    layer = DynamicConv(cfg).train()
+    for p in layer.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    x, mask = padded_batch(cfg, [11, 6, 3], 11)
+    rows = TokenRows.of(mask)
+    for args in ((x, mask), (rows.pack(x), mask, rows)):
+        results = []
+        for which in (DynamicConv.impl, impl):
+            layer.impl = which
+            layer.zero_grad()
+            xi = args[0].clone().requires_grad_(True)
+            y = layer(xi, *args[1:])
+            y.pow(2).sum().backward()
+            results.append([y, xi.grad, *(p.grad for p in layer.parameters())])
+        for a, b in zip(*results, strict=True):
+            torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
 
 
 def test_lightweight_conv_is_local():

@@ -31,7 +31,40 @@ def lightweight_conv(v: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     return y.transpose(1, 2).reshape(b, n, c)
 
 
+def lightweight_conv_unfold(v: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
+    """`lightweight_conv` from the k shifted windows of v (a (batch, seq, channels, k) view): k multiply-adds per
+    output instead of seq, one fused kernel under torch.compile. For timing on GPUs (bench_gpu.py)."""
+    b, n, c = v.shape
+    heads, k = kernels.shape[-2:]
+    windows = F.pad(v, (0, 0, k // 2, k // 2)).unfold(1, k, 1).view(b, n, heads, c // heads, k)
+    return (windows * kernels.unsqueeze(3)).sum(-1).view(b, n, c)
+
+
+def depthwise_conv(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Depthwise 'same' convolution along the sequence: v (batch, seq, channels), weight (channels, 1, k)."""
+    return F.conv1d(v.transpose(1, 2), weight, padding=weight.shape[-1] // 2, groups=v.shape[-1]).transpose(1, 2)
+
+
+def depthwise_conv_shifted(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`depthwise_conv` as k shifted multiply-adds on (batch, seq, channels): no layout change, and one fused
+    kernel under torch.compile (cuDNN's depthwise backward can be slow). For timing on GPUs (bench_gpu.py)."""
+    n, k = v.shape[1], weight.shape[-1]
+    padded = F.pad(v, (0, 0, k // 2, k // 2))
+    taps = weight[:, 0, :].t()  # (k, channels)
+    y = padded[:, :n] * taps[0]
+    for j in range(1, k):
+        y = y + padded[:, j : j + n] * taps[j]
+    return y
+
+
+# implementations of the two convolutions (the same function, other kernels): `DynamicConv.impl` picks one of each
+DEPTHWISE = {"conv1d": depthwise_conv, "shifted": depthwise_conv_shifted}
+LIGHTWEIGHT = {"band": lightweight_conv, "unfold": lightweight_conv_unfold}
+
+
 class DynamicConv(nn.Module):
+    impl = ("conv1d", "band")  # (DEPTHWISE, LIGHTWEIGHT) keys; same results, set per instance to time others
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         c, k = cfg.hidden_size, cfg.conv_kernel
@@ -53,7 +86,8 @@ class DynamicConv(nn.Module):
         if mask is not None and rows is None:
             v = v * mask.unsqueeze(-1).to(v.dtype)
         b, n, _ = v.shape
-        s = self.pointwise(to_rows(self.depthwise(v.transpose(1, 2)).transpose(1, 2), rows))
+        depthwise, lightweight = DEPTHWISE[self.impl[0]], LIGHTWEIGHT[self.impl[1]]
+        s = self.pointwise(to_rows(depthwise(v, self.depthwise.weight), rows))
         kernels = self.kernel(s).unflatten(-1, (self.heads, self.k)).softmax(dim=-1)
-        y = lightweight_conv(v, to_seq(kernels, rows).view(b, n, self.heads, self.k))
+        y = lightweight(v, to_seq(kernels, rows).view(b, n, self.heads, self.k))
         return self.norm(x + self.dropout(self.out(to_rows(y, rows))))
