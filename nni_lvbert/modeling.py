@@ -87,7 +87,7 @@ class MaskedLMMixin:
             return MLMOutput(loss=None, logits=self.head(hidden), hidden=hidden)
         if only_masked:
             if positions is None:
-                positions = (labels.reshape(-1) != -100).nonzero().squeeze(-1)
+                positions = masked_positions(labels)
             rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, positions)
             target = labels.reshape(-1).index_select(0, positions)
             pad = -positions.shape[0] % self.mlm_rows_multiple
@@ -105,6 +105,12 @@ class MaskedLMMixin:
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, only_masked=True,
                 positions=None):
         return self.mlm(self.encode(input_ids, attention_mask, token_type_ids), labels, only_masked, positions)
+
+
+def masked_positions(labels: torch.Tensor) -> torch.Tensor:
+    """Flat (batch x seq) indices of the MLM targets (labels != -100), ascending. A data-dependent shape: on a GPU
+    a host sync, so the collators count them on the host (`data.masking.host_counts`)."""
+    return (labels.reshape(-1) != -100).nonzero().squeeze(-1)
 
 
 def mlm_correct(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

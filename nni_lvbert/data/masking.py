@@ -65,9 +65,11 @@ def host_counts(batch: dict) -> dict:
     question on a GPU, and a graph break under torch.compile): `mlm_positions`, the flat (batch x seq) indices of the
     MLM targets (labels != -100) in ascending order, and `real_tokens`, the number of real tokens (an int). Every
     MLM collator ends with it; `model_mask` and `MaskedLMMixin.mlm` use them."""
+    from ..modeling import masked_positions
+
     batch = dict(batch)
     if "labels" in batch:
-        batch["mlm_positions"] = (batch["labels"].reshape(-1) != IGNORE_INDEX).nonzero().squeeze(-1)
+        batch["mlm_positions"] = masked_positions(batch["labels"])
     batch["real_tokens"] = int(batch["attention_mask"].sum())
     return batch
 

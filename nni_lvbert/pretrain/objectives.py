@@ -26,7 +26,8 @@ from torch import nn
 from ..config import ModelConfig
 from ..data.masking import model_mask
 from ..errors import UserError
-from ..modeling import Embeddings, MaskedLMMixin, LVBertForMaskedLM, build_slot_layers, init_weights
+from ..modeling import (Embeddings, MaskedLMMixin, LVBertForMaskedLM, build_slot_layers, init_weights,
+                        masked_positions)
 
 OBJECTIVES = ("mlm", "electra")
 DISC_WEIGHT = 50.0  # ELECTRA disc_weight
@@ -168,7 +169,7 @@ class ElectraObjective(nn.Module):
         ids, mask, types, labels = batch["input_ids"], model_mask(batch), batch.get("token_type_ids"), batch["labels"]
         positions = batch.get("mlm_positions")  # counted by the collator (no device sync), else found here
         if positions is None:
-            positions = (labels.reshape(-1) != -100).nonzero().squeeze(-1)
+            positions = masked_positions(labels)
         original = torch.where(labels != -100, labels, ids)
         gen = self.generator.mlm(self.generator.encode(ids, mask, types), labels, positions=positions)
         sample = gumbel_max(gen.logits[:positions.shape[0]])  # logits at the masked positions (then any padding)
