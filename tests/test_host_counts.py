@@ -16,7 +16,7 @@ def tiny_cfg(dropout: float = 0.0) -> ModelConfig:
                        conv_kernel=5, max_length=32, max_position=64, dropout=dropout, attention_dropout=dropout)
 
 
-def rows(n: int, lengths, seed: int = 0) -> list[dict]:
+def rows(lengths, seed: int = 0) -> list[dict]:
     g = torch.Generator().manual_seed(seed)
     out = []
     for m in lengths:
@@ -24,12 +24,12 @@ def rows(n: int, lengths, seed: int = 0) -> list[dict]:
         labels = torch.where(torch.rand(m, generator=g) < 0.3, ids, torch.full_like(ids, IGNORE_INDEX))
         out.append({"input_ids": ids.masked_fill(labels >= 0, 4).tolist(), "token_type_ids": [0] * m,
                     "labels": labels.tolist()})
-    return out[:n]
+    return out
 
 
 @pytest.mark.parametrize("lengths", [[12, 12, 12], [12, 7, 3]])
 def test_host_counts_are_the_devices_answers(lengths):
-    batch = PadCollator(0)(rows(3, lengths))
+    batch = PadCollator(0)(rows(lengths))
     labels, mask = batch["labels"], batch["attention_mask"]
     assert torch.equal(batch["mlm_positions"], (labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(-1))
     assert batch["real_tokens"] == int(mask.sum()) == sum(lengths)
@@ -46,7 +46,7 @@ def test_host_positions_give_the_labels_results(arch, multiple, monkeypatch):
     torch.manual_seed(0)
     cfg = tiny_cfg()
     model = LVBertForMaskedLM(cfg, arch)
-    batch = PadCollator(0)(rows(4, [20, 20, 13, 5]))
+    batch = PadCollator(0)(rows([20, 20, 13, 5]))
     ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
     ref = model(ids, mask, labels=labels)
     ref.loss.backward()
@@ -116,7 +116,7 @@ def test_training_losses_trace_as_one_graph(case):
     graphs and a whole-model torch.compile need); without them it has (the check can fail)."""
     torch.manual_seed(0)
     objective = objective_cases()[case]().train()
-    batch = PadCollator(0)(rows(4, [16] * 4))
+    batch = PadCollator(0)(rows([16] * 4))
     if case == "electra":  # ELECTRA's targets: the original tokens at the masked positions
         batch["input_ids"] = torch.where(batch["labels"] >= 0, batch["labels"], batch["input_ids"])
     if "sop" in case:
@@ -134,7 +134,7 @@ def test_training_losses_trace_as_one_graph(case):
 def test_electra_with_padded_generator_rows_replaces_the_same_tokens(monkeypatch):
     """Padding the generator's masked rows (CUDA-graph shapes) changes no sample and no loss: only the masked rows
     are sampled, and padded rows are ignored by the loss."""
-    batch = PadCollator(0)(rows(4, [16] * 4))
+    batch = PadCollator(0)(rows([16] * 4))
     batch["input_ids"] = torch.where(batch["labels"] >= 0, batch["labels"], batch["input_ids"])
     outs = []
     for multiple in (1, 64):
