@@ -3,7 +3,8 @@
 - model:    training tokens/s of our interleaved `bert` vs transformers' BertForMaskedLM of the same shape
             (bench_model's pair). `ours` gets the batch as training does (masked positions and real tokens counted
             on the host by the collators: no host sync in a step); `ours_device_counts` finds them on the device as
-            before (the GPU check's 0.92x). MFU = 6 x parameters x tokens/s over the device's dense bf16 peak.
+            before (the GPU check's 0.92x). MFU = 6 x parameters x tokens/s over the device's dense bf16 peak;
+            host_syncs_per_step from torch.cuda.set_sync_debug_mode (expected: 0 for ours, several for the other).
             Target: ours >= 1.5x HF.
 - model_compiled (with --compile, last: the longest compilation): ours with every layer block compiled (the CLI's
             `--compile`), and with the whole model (embeddings, layers, head, loss) as one graph:
@@ -79,6 +80,23 @@ def train_step(model, loss_fn, device, amp: bool):
     return step
 
 
+def host_syncs(step, device) -> int | None:
+    """How many times one call of `step` makes the host wait for the GPU (torch.cuda.set_sync_debug_mode's
+    warnings); None off CUDA."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
 def compiled_copy(model, backend: str = "inductor"):
     import copy
 
@@ -151,12 +169,14 @@ def model_sides(a, device, amp, compiled: bool) -> dict:
         except Exception as exc:  # noqa: BLE001
             steps.pop(name, None)
             failed[name] = {"error": f"{type(exc).__name__}: {exc}"[:1500]}
+    syncs = {name: host_syncs(step, device) for name, step in steps.items()}
     secs = timed(steps, a.steps, device)
     tokens, peak = a.batch * a.seq, peak_flops(device)
     out = {"shape": f"bert-{a.size} E=H={cfg.hidden_size}, 12 SA + 12 FF, batch {a.batch} x {a.seq}", **failed}
     for name, s in secs.items():
         out[name] = {"step_ms": round(s * 1e3, 2), "tokens_per_s": round(tokens / s),
-                     "mfu": round(6 * params[name] * tokens / s / peak, 4) if peak else None}
+                     "mfu": round(6 * params[name] * tokens / s / peak, 4) if peak else None,
+                     "host_syncs_per_step": syncs[name]}
     for name in secs:
         if name.startswith("ours") and "hf" in secs:
             out[f"{name}_over_hf"] = round(secs["hf"] / secs[name], 3)
