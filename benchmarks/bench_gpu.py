@@ -2,8 +2,8 @@
 
 - model:    training tokens/s of our interleaved `bert` vs transformers' BertForMaskedLM of the same shape
             (bench_model's pair). `ours` gets the batch as training does (masked positions and real tokens counted
-            on the host by the collators: no host sync in a step); `ours_device_counts` finds them on the device as
-            before (the GPU check's 0.92x). MFU = 6 x parameters x tokens/s over the device's dense bf16 peak;
+            on the host by the collators: no host sync in a step); `ours_device_counts` finds them on the device
+            (two host syncs per step; the GPU check's 0.92x had these and three more in the accuracy count). MFU = 6 x parameters x tokens/s over the device's dense bf16 peak;
             host_syncs_per_step from torch.cuda.set_sync_debug_mode (expected: 0 for ours, several for the other).
             Target: ours >= 1.5x HF.
 - model_compiled (with --compile, last: the longest compilation): ours with every layer block compiled (the CLI's
