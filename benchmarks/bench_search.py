@@ -203,7 +203,7 @@ def freeze_full_vocab(scorer, types) -> float:
         correct = count = 0
         for b in scorer.batches:
             labels = torch.full_like(b.input_ids, -100)
-            labels[b.masked] = b.target
+            labels.view(-1)[b.positions] = b.target
             mask = b.mask.long() if b.mask is not None else None
             out = model.mlm(model.encode(b.input_ids, mask, b.token_type_ids), labels, only_masked=False)
             correct += int(out.correct)

@@ -131,11 +131,13 @@ def mlm_correct(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 def mlm_accuracy(pairs) -> float:
     """Right / counted tokens over (logits, target) pairs, by `mlm_correct` (targets < 0 are not counted); 0.0 when
-    nothing is counted. Exact: the counts are integers, divided once at the end."""
+    nothing is counted. Exact: the counts are integers (summed on the logits' device: one host sync at the end),
+    divided once at the end."""
     correct = count = 0
     for logits, target in pairs:
-        correct += int(mlm_correct(logits, target).sum())
-        count += int((target >= 0).sum())
+        correct = mlm_correct(logits, target).sum() + correct
+        count = (target >= 0).sum() + count
+    correct, count = int(correct), int(count)
     return correct / count if count else 0.0
 
 

@@ -216,7 +216,7 @@ def test_scorer_trial_and_iot_count_ties_like_the_one_accuracy_function(untraine
     with torch.inference_mode():
         for b in scorer.batches:
             labels = torch.full_like(b.input_ids, -100)
-            labels[b.masked] = b.target
+            labels.view(-1)[b.positions] = b.target
             r = per_instance_mlm(scorer.space, scorer.space.encode(b.input_ids, b.mask, b.token_type_ids), labels)
             correct, count = correct + int(r.correct.sum()), count + int(r.count.sum())
     assert correct / count == expected

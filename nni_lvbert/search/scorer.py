@@ -58,8 +58,8 @@ class ValBatch:
     input_ids: torch.Tensor
     token_type_ids: torch.Tensor
     mask: torch.Tensor | None  # None when nothing is padded
-    masked: torch.Tensor  # bool (batch, seq): positions to predict
-    target: torch.Tensor  # labels at masked positions
+    positions: torch.Tensor  # flat (batch x seq) indices of the positions to predict (`modeling.masked_positions`)
+    target: torch.Tensor  # labels at those positions
     tokens: int
 
 
@@ -69,7 +69,7 @@ def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: 
     """The first validation sequences with at least `val_tokens` tokens in all (or the whole split), batched.
     With `run_dir`, the data must have been tokenized with that run's tokenizer."""
     from ..data import PreparedData
-    from ..data.masking import IGNORE_INDEX, PadCollator
+    from ..data.masking import PadCollator, model_mask
     from ..rundir import RunDir
 
     if val_tokens < 1:
@@ -103,16 +103,16 @@ def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: 
     collate = PadCollator(pad_token_id)
     batches = []
     for b in range(0, len(rows), batch_size):
-        batch = collate(rows[b:b + batch_size])
-        ids, types, labels = batch["input_ids"], batch["token_type_ids"], batch["labels"]
-        mask = batch["attention_mask"].bool()
+        batch = collate(rows[b:b + batch_size])  # with the host counts: no device sync here or when scoring
+        mask, positions = model_mask(batch), batch["mlm_positions"]
+        ids, types, target = batch["input_ids"], batch["token_type_ids"], batch["labels"].reshape(-1)[positions]
         if device is not None:
-            ids, types, labels, mask = (t.to(device) for t in (ids, types, labels, mask))
-        masked = labels != IGNORE_INDEX
-        batches.append(ValBatch(ids, types, None if bool(mask.all()) else mask, masked, labels[masked],
-                                int(mask.sum())))
+            ids, types, positions, target = (t.to(device) for t in (ids, types, positions, target))
+            mask = mask.to(device) if mask is not None else None
+        batches.append(ValBatch(ids, types, mask.bool() if mask is not None else None, positions, target,
+                                batch["real_tokens"]))
     stats = {"data": str(data.path), "sequences": len(rows), "tokens": tokens,
-             "masked_tokens": int(sum(int(b.masked.sum()) for b in batches)), "batches": len(batches),
+             "masked_tokens": sum(len(b.positions) for b in batches), "batches": len(batches),
              "requested_tokens": val_tokens, "whole_split": tokens < val_tokens}
     return batches, stats
 
@@ -120,7 +120,8 @@ def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: 
 def batches_accuracy(head, hidden, batches: list[ValBatch]) -> float:
     """MLM accuracy of the hidden states of validation batches (`modeling.mlm_accuracy`); the vocabulary
     projection runs only at masked positions. The scorer and the nnictl trial score through it."""
-    return mlm_accuracy((head(h[b.masked]), b.target) for h, b in zip(hidden, batches))
+    return mlm_accuracy((head(h.reshape(-1, h.shape[-1]).index_select(0, b.positions)), b.target)
+                        for h, b in zip(hidden, batches))
 
 
 class PrefixCache:
