@@ -88,8 +88,7 @@ class MaskedLMMixin:
         if only_masked:
             if positions is None:
                 positions = masked_positions(labels)
-            rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, positions)
-            target = labels.reshape(-1).index_select(0, positions)
+            rows, target = masked_rows(hidden, positions), labels.reshape(-1).index_select(0, positions)
             pad = -positions.shape[0] % self.mlm_rows_multiple
             if pad:
                 rows, target = F.pad(rows, (0, 0, 0, pad)), F.pad(target, (0, pad), value=-100)
@@ -111,6 +110,11 @@ def masked_positions(labels: torch.Tensor) -> torch.Tensor:
     """Flat (batch x seq) indices of the MLM targets (labels != -100), ascending. A data-dependent shape: on a GPU
     a host sync, so the collators count them on the host (`data.masking.host_counts`)."""
     return (labels.reshape(-1) != -100).nonzero().squeeze(-1)
+
+
+def masked_rows(hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The hidden states (batch, seq, H) at flat `positions` (`masked_positions`): (len(positions), H)."""
+    return hidden.reshape(-1, hidden.shape[-1]).index_select(0, positions)
 
 
 def mlm_correct(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ import torch
 
 from ..arch import Arch, slot_label
 from ..errors import UserError
-from ..modeling import mlm_accuracy
+from ..modeling import masked_rows, mlm_accuracy
 
 
 def resolve_device(name: str | None = "auto"):
@@ -120,8 +120,7 @@ def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: 
 def batches_accuracy(head, hidden, batches: list[ValBatch]) -> float:
     """MLM accuracy of the hidden states of validation batches (`modeling.mlm_accuracy`); the vocabulary
     projection runs only at masked positions. The scorer and the nnictl trial score through it."""
-    return mlm_accuracy((head(h.reshape(-1, h.shape[-1]).index_select(0, b.positions)), b.target)
-                        for h, b in zip(hidden, batches))
+    return mlm_accuracy((head(masked_rows(h, b.positions)), b.target) for h, b in zip(hidden, batches))
 
 
 class PrefixCache:
