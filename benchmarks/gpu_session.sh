@@ -4,7 +4,7 @@
 # smoke:  gpu_smoke.py: every training path at tiny (does the GPU path run at all?)
 # search: bench_search.py at small on the GPU: search scoring speed
 # bench:  bench_gpu.py --compile: ours vs transformers (tokens/s, MFU), dc/sa, supernet vs fixed, compiled model
-# each under its own time limit (SMOKE_S=300, SEARCH_S=120, BENCH_S=330 seconds), logs and JSON under OUT. A
+# each under its own time limit (SMOKE_S=270, SEARCH_S=120, BENCH_S=330 seconds), logs and JSON under OUT. A
 # device loan allows 600 s per command and 900 s in all (machine start included), so run it as two commands on
 # the warm machine: `... OUT smoke search`, then `... OUT bench`. Wheels packed by
 # ../shared/gpu/pack-wheels.sh into .gpu-wheels/ are installed first when present (a machine without nni/datasets).
@@ -43,7 +43,7 @@ step() {  # name, seconds, command...: runs it with a time limit, stdout+stderr 
 }
 python3 -c "import torch; print(torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name(0))" \
   > "$OUT/env.txt" 2>&1
-step smoke "${SMOKE_S:-300}" python3 benchmarks/gpu_smoke.py "${smoke[@]}" --timeout 200 --dump-after 60 \
+step smoke "${SMOKE_S:-270}" python3 benchmarks/gpu_smoke.py "${smoke[@]}" --timeout 200 --dump-after 60 \
   --out "$OUT/smoke"
 step search "${SEARCH_S:-120}" python3 benchmarks/bench_search.py "${search[@]}" --trial-runs 0
 step bench "${BENCH_S:-330}" python3 benchmarks/bench_gpu.py "${bench[@]}" --out "$OUT/bench_gpu.json"
