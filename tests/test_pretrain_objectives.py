@@ -118,6 +118,24 @@ def test_validation_rows_are_fixed_per_row():
     assert torch.equal(full["sop_labels"][4:], part["sop_labels"])
 
 
+@pytest.mark.parametrize("objective", ["electra", "mlm"])
+def test_pretraining_batches_count_their_own_targets_on_the_host(objective):
+    """The host counts of training and validation batches are those of the labels the objective trains on
+    (ELECTRA's own masking replaces the stored or collator labels)."""
+    from nni_lvbert.modeling import masked_positions
+
+    rows = packed_rows(8)
+    train = TrainCollate(TOK, seed=5, objective=objective, sop=True, max_length=64, mlm_probability=0.15) \
+        if objective == "electra" else None
+    val = ValCollate(TOK, data_seed=0, objective=objective, sop=False, max_length=64)
+    stored = [{**r, "labels": [t if i % 7 == 3 else -100 for i, t in enumerate(r["input_ids"])], "_index": i}
+              for i, r in enumerate(rows)]
+    batches = [val(stored)] + ([train([{**r, "_batch": 3} for r in rows])] if train else [])
+    for batch in batches:
+        assert torch.equal(batch["mlm_positions"], masked_positions(batch["labels"]))
+        assert len(batch["mlm_positions"]) > 0 and batch["real_tokens"] == int(batch["attention_mask"].sum())
+
+
 
 
 # --- the ELECTRA objective -------------------------------------------------------------------------------------------

@@ -117,9 +117,10 @@ class TrainCollate:
             u = torch.rand((2, total, self.max_length), generator=g)[:, mine, :n][:, :len(rows)]
             batch["input_ids"], batch["labels"] = electra_mask(batch["input_ids"], batch["attention_mask"],
                                                                self.special, self.mask_id, self.n_max, u[0], u[1])
+            batch = host_counts(batch)  # ELECTRA's own labels (pad_rows and SeededMasking count the MLM ones)
         if sop is not None:
             batch["sop_labels"] = torch.tensor(sop, dtype=torch.long)
-        return host_counts(batch)  # after ELECTRA's masking: its own labels
+        return batch
 
 
 class IndexedRows(Dataset):
@@ -159,9 +160,10 @@ class ValCollate:
                 batch_seed(self.data_seed, i)))[:, :n] for i in index], dim=1)
             batch["input_ids"], batch["labels"] = electra_mask(batch["input_ids"], batch["attention_mask"],
                                                                self.special, self.mask_id, self.n_max, u[0], u[1])
+            batch = host_counts(batch)  # ELECTRA's own labels (pad_rows and SeededMasking count the MLM ones)
         if sop is not None:
             batch["sop_labels"] = torch.tensor(sop, dtype=torch.long)
-        return host_counts(batch)  # after ELECTRA's masking: its own labels
+        return batch
 
 
 class PretrainDataModule(MLMDataModule):
