@@ -7,8 +7,11 @@ internals it touches still exist, so a changed internal fails there, loudly. Imp
 """
 from __future__ import annotations
 
+import glob
 import logging
+import os
 import re
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +28,77 @@ NOT_A_MODULE_WARNING = ".*is found to be not a nn.Module.*"
 
 def ignore_nni_import_warnings() -> None:
     warnings.filterwarnings("ignore", message=NOT_A_MODULE_WARNING)
+
+
+# --- nnictl's experiment-list lock -------------------------------------------------------------------------------
+# NNI 3.0's nnictl/common_utils.SimplePreemptiveLock (the lock on ~/nni-experiments/.experiment that every
+# NasExperiment.start() and config_utils.Experiments() take) subclasses filelock.SoftFileLock and overrides its
+# private _acquire/_release with filelock < 3.12's internals; nni pins filelock<3.12 for it. With a newer filelock
+# (nni installed with --no-deps, as on a GPU image, or filelock upgraded later; seen with 4.3.1) the lock never counts
+# as held and the first `with lock:` polls forever, printing nothing: `lvbert supernet train` hung so after NNI's
+# start-up lines on the H200 (issue #14) and in a Python 3.12 copy of its packages here. PidFileLock keeps NNI's
+# protocol (a holder writes <lock>.<pid>; a holder's file older than `stale` seconds is ignored), so it and nnictl
+# processes still exclude each other, without filelock.
+# nnictl itself (another process) still needs filelock<3.12: `pip install 'filelock<3.12'` where `pip check` says so.
+# Drop when: NNI's lock works with the installed filelock; then remove use_pid_file_lock()'s calls.
+class PidFileLock:
+    """nnictl's experiment-list lock (<lock_file>.<pid> marks the holder) without filelock; re-entrant."""
+
+    def __init__(self, lock_file: str, stale: float = -1, poll: float = 0.05):
+        self.lock_file, self.stale, self.poll = str(lock_file), stale, poll
+        self.own = f"{self.lock_file}.{os.getpid()}"
+        self._fd: int | None = None
+        self._depth = 0
+
+    @property
+    def is_locked(self) -> bool:
+        return self._fd is not None
+
+    def _fresh(self, name: str) -> bool:
+        try:
+            return self.stale < 0 or time.time() - os.stat(name).st_mtime < self.stale
+        except OSError:  # released meanwhile
+            return False
+
+    def acquire(self) -> PidFileLock:
+        while self._depth == 0:
+            if not any(self._fresh(name) for name in glob.glob(glob.escape(self.lock_file) + ".*")):
+                try:
+                    self._fd = os.open(self.own, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_TRUNC)
+                    break
+                except FileExistsError:  # another holder won the race, or a stale file of a dead process with our pid
+                    if not self._fresh(self.own):
+                        try:
+                            os.remove(self.own)
+                        except OSError:
+                            pass
+                        continue
+            time.sleep(self.poll)
+        self._depth += 1
+        return self
+
+    def release(self) -> None:
+        if self._depth == 0:
+            return
+        self._depth -= 1
+        if self._depth == 0:
+            os.close(self._fd)
+            self._fd = None
+            try:
+                os.remove(self.own)
+            except OSError:
+                pass
+
+    __enter__ = acquire
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def use_pid_file_lock() -> None:
+    from nni.tools.nnictl import common_utils
+
+    common_utils.SimplePreemptiveLock = PidFileLock  # get_file_lock() looks the class up at each call
 
 
 # --- NasExperiment: logging, stop, checkpoint loading ------------------------------------------------------------
@@ -70,6 +144,7 @@ def run_nas_experiment(space, evaluator, strategy, run_dir: Path) -> None:
     from nni.nas.experiment import NasExperiment
 
     use_weights_only_serializer()
+    use_pid_file_lock()
     exp = NasExperiment(space, evaluator, strategy)
     exp.config.experiment_working_directory = str((Path(run_dir) / "nni").resolve())
     quiet_nni_logging()
@@ -165,6 +240,7 @@ def experiment_dir(exp_id: str) -> Path:
     """Where nnictl keeps an experiment (its log directory from NNI's experiment manifest)."""
     from nni.tools.nnictl.config_utils import Experiments
 
+    use_pid_file_lock()
     info = Experiments().get_all_experiments().get(exp_id)
     if info is None:
         raise UserError(f"unknown NNI experiment {exp_id!r} (see `nnictl experiment list --all`)")

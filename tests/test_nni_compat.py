@@ -4,10 +4,13 @@ block in nni_compat.py for what to check and how to drop it)."""
 from __future__ import annotations
 
 import inspect
+import os
 import pickle
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -167,6 +170,59 @@ def test_nnictl_output_and_manifest():
     assert nni_compat.experiment_id_in("Connect to port 8080 success, experiment id is xy9, status") == "xy9"
     assert nni_compat.experiment_id_in("ERROR: port in use") is None
 
+
+
+def test_experiment_list_lock_keeps_nnis_protocol_without_filelock(tmp_path):
+    from nni.tools.nnictl import common_utils
+    from nni.tools.nnictl.config_utils import Experiments
+
+    # what the workaround replaces: Experiments() takes get_file_lock(), which builds SimplePreemptiveLock per call
+    assert "get_file_lock(" in inspect.getsource(Experiments.__init__)
+    assert "SimplePreemptiveLock(" in inspect.getsource(common_utils.get_file_lock)
+    nni_compat.use_pid_file_lock()
+    assert isinstance(common_utils.get_file_lock(str(tmp_path / "f")), nni_compat.PidFileLock)
+
+    def within(seconds, fn):  # a lock that never counts as held polls forever: fail instead of hanging
+        done = []
+        t = threading.Thread(target=lambda: done.append(fn()), daemon=True)
+        t.start()
+        t.join(seconds)
+        assert done, f"{fn} did not return within {seconds} s"
+        return done[0]
+
+    home = tmp_path / "nni-home"
+    within(20, lambda: Experiments(home_dir=str(home)).add_experiment("ab12", 8080, 0, "local", "x"))
+    assert within(20, lambda: Experiments(home_dir=str(home)).get_all_experiments())["ab12"]["port"] == 8080
+    assert not list(home.glob(".experiment.lock.*"))  # released
+
+    # NNI's protocol: a holder writes <lock>.<pid>; others wait while it is fresh and ignore it once stale
+    lock_file = str(tmp_path / "x.lock")
+    theirs = Path(lock_file + ".999999999")
+    theirs.touch()
+    lock = nni_compat.PidFileLock(lock_file, stale=2, poll=0.01)
+    waiter = threading.Thread(target=lock.acquire, daemon=True)
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive() and not lock.is_locked
+    os.utime(theirs, (time.time() - 10,) * 2)
+    waiter.join(5)
+    assert not waiter.is_alive() and lock.is_locked and Path(lock.own).is_file()
+    with lock:  # re-entrant
+        assert lock.is_locked
+    assert lock.is_locked
+    theirs.unlink()
+    other = nni_compat.PidFileLock(lock_file, stale=2, poll=0.01)
+    other.own = lock_file + ".12345"  # another process
+    waiter = threading.Thread(target=other.acquire, daemon=True)
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive() and not other.is_locked  # ours is held and fresh
+    lock.release()
+    assert not lock.is_locked and not Path(lock.own).exists()
+    waiter.join(5)
+    assert other.is_locked
+    other.release()
+    assert not list(tmp_path.glob("x.lock.*"))
 
 # ------------------------------------------------------------------------------------- multi-trial in process
 def test_sample_evaluator_and_strategy_status_internals():
