@@ -108,9 +108,10 @@ def use_pid_file_lock() -> None:
 # default weights_only (False before torch 2.6: unpickles anything); ours loads the same files with weights_only=True.
 # Drop when: run() is quiet at WARNING and stops itself, and TorchSerializer.load (nni/nas/utils/serializer.py)
 # passes weights_only=True; then call NasExperiment(...).run() directly.
-def quiet_nni_logging() -> None:
-    logging.getLogger("nni").setLevel(logging.WARNING)
-    logging.getLogger("nni.nas.experiment.config.experiment").setLevel(logging.ERROR)
+def quiet_nni_logging() -> None:  # raises levels only: a caller may have set a quieter one
+    for name, level in (("nni", logging.WARNING), ("nni.nas.experiment.config.experiment", logging.ERROR)):
+        logger = logging.getLogger(name)
+        logger.setLevel(max(logger.level, level))
 
 
 class WeightsOnlyTorchSerializer:
@@ -139,19 +140,21 @@ def use_weights_only_serializer() -> None:
         set_default_serializer(WeightsOnlyTorchSerializer())
 
 
-def run_nas_experiment(space, evaluator, strategy, run_dir: Path) -> None:
-    """NasExperiment(space, evaluator, strategy).run() with its files under run_dir/nni."""
+def run_nas_experiment(space, evaluator, strategy, workdir: Path, config=None):
+    """NasExperiment(space, evaluator, strategy, config).run() with NNI's files under workdir, stopped after (also
+    after an error, so NNI's manifest says so); returns the experiment."""
     from nni.nas.experiment import NasExperiment
 
     use_weights_only_serializer()
     use_pid_file_lock()
-    exp = NasExperiment(space, evaluator, strategy)
-    exp.config.experiment_working_directory = str((Path(run_dir) / "nni").resolve())
+    exp = NasExperiment(space, evaluator, strategy, config=config)
+    exp.config.experiment_working_directory = str(Path(workdir).resolve())
     quiet_nni_logging()
     try:
         exp.run()
     finally:
         exp.stop()
+    return exp
 
 
 # --- Reporting from an nnictl trial that runs a NasExperiment ----------------------------------------------------

@@ -205,7 +205,7 @@ def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), hi
 
         evaluator = Lightning(module, trainer, datamodule=datamodule,
                               fit_kwargs={"ckpt_path": str(ckpt)} if opts.resume else None)
-        run_nas_experiment(space, evaluator, strategy, run.path)
+        run_nas_experiment(space, evaluator, strategy, run.path / "nni")
     else:
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt) if opts.resume else None)
     return FitResult(trainer, precision, previous.get("train_seconds", 0.0) + (time.time() - start),

@@ -24,7 +24,7 @@ from nni.nas.space import ExecutableModelSpace, ModelStatus
 from nni.nas.strategy.base import Strategy
 
 from ..arch import Arch
-from ..nni_compat import SampleEvaluator, strategy_interrupted
+from ..nni_compat import SampleEvaluator, run_nas_experiment, strategy_interrupted
 from .algorithm import Algorithm1, EvolutionConfig
 
 _logger = logging.getLogger(__name__)
@@ -140,20 +140,13 @@ def make_strategy(name: str, config: EvolutionConfig, seed: int, accept: Callabl
 
 def run_strategy(space, strategy, evaluator: SupernetEvaluator, budget: int, workdir) -> None:
     """Run `strategy` on the mutated supernet `space` under NasExperiment (sequential engine, raw format)."""
-    from nni.nas.experiment import NasExperiment, NasExperimentConfig
+    from nni.nas.experiment import NasExperimentConfig
 
     config = NasExperimentConfig("sequential", "raw")
     config.max_trial_number = budget
-    config.experiment_working_directory = str(workdir)
-    exp = NasExperiment(space, evaluator, strategy, config=config)
     for name in ("nni", "nni.nas", "nni.experiment", "nni.runtime"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
-    try:
-        exp.run()  # swallows KeyboardInterrupt (and then stops the experiment itself)
-    except BaseException:
-        exp.stop()  # an error inside the strategy: mark the experiment stopped in NNI's manifest
-        raise
+    exp = run_nas_experiment(space, evaluator, strategy, workdir, config)  # run() swallows KeyboardInterrupt
     if strategy_interrupted(strategy):
         raise KeyboardInterrupt
-    exp.stop()  # NNI leaves a completed experiment "running" until exit otherwise
     return exp
