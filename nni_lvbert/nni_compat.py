@@ -101,6 +101,20 @@ def use_pid_file_lock() -> None:
     common_utils.SimplePreemptiveLock = PidFileLock  # get_file_lock() looks the class up at each call
 
 
+def check_nnictl_filelock() -> None:
+    """A clear error instead of an nnictl process that waits forever on NNI's lock (see above)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("filelock")
+    except PackageNotFoundError:
+        return
+    major_minor = tuple(int(part) for part in re.findall(r"\d+", found)[:2])
+    if major_minor >= (3, 12):
+        raise UserError(f"nnictl (NNI 3.0) waits forever on its experiment lock with filelock {found}; NNI needs "
+                        "filelock<3.12: pip install 'filelock<3.12'")
+
+
 # --- NasExperiment: logging, stop, checkpoint loading ------------------------------------------------------------
 # NNI 3.0's NasExperiment logs every step at INFO and warns "`training_service` will be ignored for sequential
 # execution engine." at each start; after run() the experiment stays "running" until an atexit stop() that logs into

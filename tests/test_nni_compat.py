@@ -224,6 +224,21 @@ def test_experiment_list_lock_keeps_nnis_protocol_without_filelock(tmp_path):
     other.release()
     assert not list(tmp_path.glob("x.lock.*"))
 
+
+@pytest.mark.parametrize("found, ok", [("3.11.0", True), ("3.12.0", False), ("4.3.1", False), ("3.9.1", True)])
+def test_nnictl_refuses_a_filelock_its_lock_hangs_with(monkeypatch, found, ok):
+    import importlib.metadata
+
+    from nni_lvbert.errors import UserError
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: found if name == "filelock" else real(name))
+    if ok:
+        nni_compat.check_nnictl_filelock()
+    else:
+        with pytest.raises(UserError, match=f"filelock {found}.*filelock<3.12"):
+            nni_compat.check_nnictl_filelock()
+
 # ------------------------------------------------------------------------------------- multi-trial in process
 def test_sample_evaluator_and_strategy_status_internals():
     from nni.nas.space import ExecutableModelSpace

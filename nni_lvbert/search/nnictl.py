@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from ..nni_compat import experiment_dir, experiment_id_in, read_trial_db
+from ..nni_compat import check_nnictl_filelock, experiment_dir, experiment_id_in, read_trial_db
 from ..resources import BIND_JS_FILE, SEARCH_CONFIG
 
 # the packaged config (nni_lvbert/experiments/search.yml) is the default of `lvbert search nnictl`
@@ -58,6 +58,7 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def _nnictl() -> str:
+    check_nnictl_filelock()
     exe = Path(sys.executable).with_name("nnictl")
     if exe.is_file():
         return str(exe)
