@@ -138,8 +138,9 @@ def make_strategy(name: str, config: EvolutionConfig, seed: int, accept: Callabl
                                   patience=config.max_rejections, retain_history=False))
 
 
-def run_strategy(space, strategy, evaluator: SupernetEvaluator, budget: int, workdir) -> None:
-    """Run `strategy` on the mutated supernet `space` under NasExperiment (sequential engine, raw format)."""
+def run_strategy(space, strategy, evaluator: SupernetEvaluator, budget: int, workdir):
+    """Run `strategy` on the mutated supernet `space` under NasExperiment (sequential engine, raw format); returns
+    the stopped experiment."""
     from nni.nas.experiment import NasExperimentConfig
 
     config = NasExperimentConfig("sequential", "raw")
