@@ -12,9 +12,10 @@ Runs the pipeline's commands one after another, each in its own process with a t
 
 A step whose input is missing (its predecessor failed) is skipped. Every step runs with
 $LVBERT_STACK_DUMP_AFTER set, so a step that hangs prints every thread's Python stack to its log every
---dump-after seconds (how a silent supernet start on the H200 is to be diagnosed). Logs: OUT/<step>.log; result:
-OUT/summary.json (per step: status, exit code, seconds, training tokens/s where the run logs them, the last log
-lines of a failure), also printed. Exit status 0 only when every step passed.
+--dump-after seconds (how the silent supernet start on the H200 was found: NNI's experiment lock, see nni_compat).
+Logs: OUT/<step>.log; result: OUT/summary.json (per step, rewritten after each: status, exit code, seconds, training
+tokens/s where the run logs them, the last log lines of a failure), also printed. Exit status 0 only when every step
+passed.
 
     python benchmarks/gpu_smoke.py --out runs/gpu-smoke                 # on a GPU machine
     python benchmarks/gpu_smoke.py --accelerator cpu --steps 4 --out /tmp/smoke   # the same path on CPU
@@ -138,6 +139,7 @@ def main() -> int:
             print(f"[{name}] ...", file=sys.stderr, flush=True)
             summary["results"][name] = run_step(name, cmds[name], out, a)
         print(f"[{name}] {summary['results'][name]['status']}", file=sys.stderr, flush=True)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")  # so far: a loan may end mid-run
     speeds = [summary["results"].get(k, {}).get("tok_per_s") for k in ("pretrain", "compile")]
     if all(speeds):
         summary["compile_speedup"] = round(speeds[1] / speeds[0], 3)  # medians of the logged tok/s: compilation slows only the first steps
