@@ -120,12 +120,31 @@ def check_nnictl_filelock() -> None:
 # execution engine." at each start; after run() the experiment stays "running" until an atexit stop() that logs into
 # closed streams. NasExperiment.resume loads its checkpoint with TorchSerializer.load = torch.load(path), torch's
 # default weights_only (False before torch 2.6: unpickles anything); ours loads the same files with weights_only=True.
+# NNI's one-shot strategy warns "Checkpoint callback is found to be None in evaluator trainer." at each start: our
+# trainers write their own atomic checkpoints (training.atomic_checkpoint_callback) and resume from those, not from
+# NNI's experiment checkpoint, so the warning only misleads; that one message is filtered out.
 # Drop when: run() is quiet at WARNING and stops itself, and TorchSerializer.load (nni/nas/utils/serializer.py)
 # passes weights_only=True; then call NasExperiment(...).run() directly.
+NO_CHECKPOINT_CALLBACK = "Checkpoint callback is found to be None in evaluator trainer."
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, message: str):
+        super().__init__()
+        self.message = message
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != self.message
+
+
+_DROP_NO_CHECKPOINT_CALLBACK = _DropMessage(NO_CHECKPOINT_CALLBACK)
+
+
 def quiet_nni_logging() -> None:  # raises levels only: a caller may have set a quieter one
     for name, level in (("nni", logging.WARNING), ("nni.nas.experiment.config.experiment", logging.ERROR)):
         logger = logging.getLogger(name)
         logger.setLevel(max(logger.level, level))
+    logging.getLogger("nni.nas.oneshot.pytorch.strategy").addFilter(_DROP_NO_CHECKPOINT_CALLBACK)  # added once
 
 
 class WeightsOnlyTorchSerializer:
@@ -161,9 +180,9 @@ def run_nas_experiment(space, evaluator, strategy, workdir: Path, config=None):
 
     use_weights_only_serializer()
     use_pid_file_lock()
+    quiet_nni_logging()  # before NasExperiment(): it logs its inferred config at INFO
     exp = NasExperiment(space, evaluator, strategy, config=config)
     exp.config.experiment_working_directory = str(Path(workdir).resolve())
-    quiet_nni_logging()
     try:
         exp.run()
     finally:

@@ -86,6 +86,30 @@ def test_weights_only_serializer_is_installed_and_refuses_pickled_objects(tmp_pa
         ours.load(tmp_path / "missing.ckpt")
 
 
+def test_quiet_nni_logging_drops_only_the_misleading_checkpoint_warning():
+    import logging
+
+    import nni.nas.oneshot.pytorch.strategy as oneshot
+
+    assert nni_compat.NO_CHECKPOINT_CALLBACK in inspect.getsource(oneshot)  # the message NNI logs at each start
+    logger = logging.getLogger(oneshot.__name__)
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger.addHandler(handler)
+    try:
+        nni_compat.quiet_nni_logging()
+        nni_compat.quiet_nni_logging()
+        assert logger.filters.count(nni_compat._DROP_NO_CHECKPOINT_CALLBACK) == 1
+        logger.warning(nni_compat.NO_CHECKPOINT_CALLBACK)
+        logger.warning("Mutation hook on %s didn't return a BaseSuperNetModule.", "x")
+        logger.info("an INFO line")
+    finally:
+        logger.removeHandler(handler)
+    assert seen == ["Mutation hook on x didn't return a BaseSuperNetModule."]
+    assert logging.getLogger("nni").level >= logging.WARNING
+
+
 # ---------------------------------------------------------------------------------------------- trial reporting
 def test_trial_reporter_bypasses_the_engine_channel():
     import nni.trial
