@@ -92,13 +92,15 @@ def kill9_when(args: list[str], condition, timeout: float = 240):
     import signal
     import subprocess
     import sys
+    import tempfile
     import time
     from pathlib import Path
 
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     env.pop("PYTEST_CURRENT_TEST", None)
+    err = tempfile.TemporaryFile()
     proc = subprocess.Popen([sys.executable, "-m", "nni_lvbert.cli", *args], cwd=Path(__file__).resolve().parent.parent,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     killed_at, deadline = None, time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
         value = condition()
@@ -107,7 +109,14 @@ def kill9_when(args: list[str], condition, timeout: float = 240):
             killed_at = value
             break
         time.sleep(0.05)
-    if killed_at is None and proc.poll() is None:
+    timed_out = killed_at is None and proc.poll() is None
+    if timed_out:
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    err.seek(0)
+    tail = err.read().decode(errors="replace")[-3000:]
+    err.close()
+    if killed_at is None and (timed_out or proc.returncode != 0):  # not "finished before it could be killed"
+        what = f"ran past {timeout} s" if timed_out else f"failed (exit {proc.returncode})"
+        raise AssertionError(f"the command {what} before it could be killed; its stderr ends:\n{tail}")
     return killed_at
