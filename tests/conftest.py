@@ -82,12 +82,14 @@ def kill9_mid_training(args: list[str], ckpt, first: int, last: int, timeout: fl
             return None
         return step if first <= step < last else None
 
-    return kill9_when(args, step_in_range, timeout)
+    return kill9_when(args, step_in_range, timeout, watch=ckpt)
 
 
-def kill9_when(args: list[str], condition, timeout: float = 240):
+def kill9_when(args: list[str], condition, timeout: float = 240, watch=None):
     """Run `python -m nni_lvbert.cli ARGS` in its own process group and SIGKILL it as soon as `condition()` returns
-    something other than None; that value (None: the command finished first)."""
+    something other than None; that value (None: the command finished first). With `watch` (a file the command
+    rewrites or appends to), `condition()` runs at each change of that file with the process group stopped
+    (SIGSTOP), so a fast run cannot slip through its window between two looks; without, every 50 ms."""
     import os
     import signal
     import subprocess
@@ -101,14 +103,33 @@ def kill9_when(args: list[str], condition, timeout: float = 240):
     err = tempfile.TemporaryFile()
     proc = subprocess.Popen([sys.executable, "-m", "nni_lvbert.cli", *args], cwd=Path(__file__).resolve().parent.parent,
                             env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-    killed_at, deadline = None, time.time() + timeout
+
+    def signature():
+        try:
+            st = os.stat(watch)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    killed_at, deadline, seen = None, time.time() + timeout, None
     while time.time() < deadline and proc.poll() is None:
-        value = condition()
+        if watch is None:
+            value = condition()
+        elif (now := signature()) is not None and now != seen:
+            try:
+                os.killpg(proc.pid, signal.SIGSTOP)
+            except ProcessLookupError:  # ended meanwhile
+                break
+            seen, value = signature(), condition()
+            if value is None:
+                os.killpg(proc.pid, signal.SIGCONT)
+        else:
+            value = None
         if value is not None:
             os.killpg(proc.pid, signal.SIGKILL)
             killed_at = value
             break
-        time.sleep(0.05)
+        time.sleep(0.05 if watch is None else 0.005)
     timed_out = killed_at is None and proc.poll() is None
     if timed_out:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -63,7 +63,7 @@ def test_run_resumes_from_the_run_directory_alone(tmp_path, cache_dir, capsys):
         n = len(history.read_text().splitlines()) if history.is_file() else 0
         return n if 2 <= n < 8 else None
 
-    killed_at = kill9_when(run_args(out, cache_dir, steps, "--seed", "3"), two_scored)
+    killed_at = kill9_when(run_args(out, cache_dir, steps, "--seed", "3"), two_scored, watch=history)
     assert killed_at is not None, "the search finished before it could be killed"
     capsys.readouterr()
     assert main(["run", "--out", str(out), "--resume", "--size", "small"]) == 2
