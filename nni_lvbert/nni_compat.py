@@ -271,6 +271,7 @@ def watch_resumed_trials() -> None:
 # NNI 3.0 has no Python API to read a stopped experiment's trials, and `nnictl create/resume` print the new ID only as
 # text. Used: the manifest (nni.tools.nnictl.config_utils.Experiments, `logDir`), the SQLite file <logDir>/<id>/db/
 # nni.sqlite (tables TrialJobEvent, MetricData, ExperimentProfile) and "Experiment ID: <id>" / "experiment id is <id>".
+# A final metric goes with the parameter id it was reported for, not the trial's recorded parameters (read_trial_db).
 # Drop when: NNI can export a stopped experiment's trials without its manager, and nnictl prints machine-readable IDs.
 def experiment_dir(exp_id: str) -> Path:
     """Where nnictl keeps an experiment (its log directory from NNI's experiment manifest)."""
@@ -288,26 +289,33 @@ def experiment_dir(exp_id: str) -> Path:
 
 
 def read_trial_db(exp_dir: Path) -> tuple[dict, dict, dict]:
-    """({trial: parameters}, {trial: final metric}, experiment config) from an experiment's database."""
+    """({parameter id: parameters}, {trial: (parameter id, final metric)}, experiment config) from an experiment's
+    database. A final metric is paired with the parameter id its trial reported, not with the parameters NNI's
+    manager recorded for that trial: NNI 3.0's local training service hands the parameters of trials started together
+    to whichever asks first, so a trial may run (and report for) another one's parameters; the web UI then shows the
+    manager's, the metric's parameterId is what ran (seen in tests/test_search_nnictl.py's experiment)."""
     import json
     import sqlite3
 
     con = sqlite3.connect(f"file:{Path(exp_dir) / 'db' / 'nni.sqlite'}?mode=ro", uri=True)
     try:
         cur = con.cursor()
-        params, finals = {}, {}
-        for trial_id, _event, data in cur.execute("SELECT trialJobId, event, data FROM TrialJobEvent"):
-            if data and trial_id not in params:  # the first event with data carries the parameters
-                try:
-                    record = json.loads(data)
-                except json.JSONDecodeError:
-                    continue
-                p = record.get("parameters", record)
-                params[trial_id] = json.loads(p) if isinstance(p, str) else p
-        for trial_id, mtype, data in cur.execute("SELECT trialJobId, type, data FROM MetricData"):
+        params, assigned, finals = {}, {}, {}
+        for trial_id, data in cur.execute("SELECT trialJobId, data FROM TrialJobEvent ORDER BY timestamp"):
+            try:
+                record = json.loads(data) if data else None
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(record, dict) or "parameter_id" not in record:
+                continue
+            p = record.get("parameters")
+            params[str(record["parameter_id"])] = json.loads(p) if isinstance(p, str) else p
+            assigned.setdefault(trial_id, str(record["parameter_id"]))
+        for trial_id, pid, mtype, data in cur.execute("SELECT trialJobId, parameterId, type, data FROM MetricData"):
             if mtype == "FINAL":
                 value = json.loads(data)
-                finals[trial_id] = json.loads(value) if isinstance(value, str) else value
+                finals[trial_id] = (str(pid) if pid not in (None, "") else assigned.get(trial_id),
+                                    json.loads(value) if isinstance(value, str) else value)
         profile = cur.execute("SELECT params FROM ExperimentProfile ORDER BY revision DESC LIMIT 1").fetchone()
     finally:
         con.close()

@@ -169,19 +169,26 @@ def test_trial_database_is_read_with_nnis_own_schema(tmp_path):
     con = sqlite3.connect(tmp_path / "db" / "nni.sqlite")
     con.executescript(schema)
     arch = {"layer00": "dc", "layer01": "sa"}
-    con.executemany("INSERT INTO TrialJobEvent (trialJobId, event, data) VALUES (?, ?, ?)", [
-        ("A", "WAITING", '{"parameter_id": 0, "parameters": {"layer00": "dc", "layer01": "sa"}}'),
-        ("A", "SUCCEEDED", None),
-        ("B", "WAITING", '{"parameter_id": 1, "parameters": "{\\"layer00\\": \\"ff\\", \\"layer01\\": \\"ff\\"}"}'),
+    other, third = {"layer00": "ff", "layer01": "ff"}, {"layer00": "sa", "layer01": "dc"}
+    con.executemany("INSERT INTO TrialJobEvent (timestamp, trialJobId, event, data) VALUES (?, ?, ?, ?)", [
+        (1, "A", "WAITING", '{"parameter_id": 0, "parameters": {"layer00": "dc", "layer01": "sa"}}'),
+        (2, "A", "SUCCEEDED", None),
+        (3, "B", "WAITING", '{"parameter_id": 1, "parameters": "{\\"layer00\\": \\"ff\\", \\"layer01\\": \\"ff\\"}"}'),
+        (4, "C", "RUNNING", '{"parameter_id": 2, "parameters": {"layer00": "sa", "layer01": "dc"}}'),
+        (5, "B", "RUNNING", '{"parameter_id":1,"parameter_source":"resumed","parameters":{"layer00":"ff","layer01":"ff"}}'),
     ])
-    con.executemany("INSERT INTO MetricData (trialJobId, type, data) VALUES (?, ?, ?)",
-                    [("A", "PERIODICAL", '"0.1"'), ("A", "FINAL", '"{\\"default\\": 0.25}"'), ("B", "FINAL", "0.5")])
+    # A's and B's metrics carry no parameter id (their trials' own is used); C ran parameter 0 (NNI's local training
+    # service gave it another trial's parameters): its metric says so, and that is what C's score belongs to
+    con.executemany("INSERT INTO MetricData (trialJobId, parameterId, type, data) VALUES (?, ?, ?, ?)",
+                    [("A", None, "PERIODICAL", '"0.1"'), ("A", "", "FINAL", '"{\\"default\\": 0.25}"'),
+                     ("B", None, "FINAL", "0.5"), ("C", "0", "FINAL", "0.75")])
     con.execute("INSERT INTO ExperimentProfile (params, revision) VALUES (?, ?)", ('{"trialCommand": "x"}', 1))
     con.commit()
     con.close()
     params, finals, config = nni_compat.read_trial_db(tmp_path)
-    assert params == {"A": arch, "B": {"layer00": "ff", "layer01": "ff"}}
-    assert finals == {"A": {"default": 0.25}, "B": 0.5} and config == {"trialCommand": "x"}
+    assert params == {"0": arch, "1": other, "2": third}
+    assert finals == {"A": ("0", {"default": 0.25}), "B": ("1", 0.5), "C": ("0", 0.75)}
+    assert config == {"trialCommand": "x"}
 
 
 def test_nnictl_output_and_manifest():

@@ -198,10 +198,10 @@ def read_trials(exp_dir: Path) -> tuple[list[dict], dict]:
     """(succeeded trials with parameters and final metric, experiment config) from the experiment's database."""
     params, finals, config = read_trial_db(exp_dir)  # NNI 3.0's SQLite layout (nni_compat)
     trials = []
-    for trial_id, value in finals.items():
+    for trial_id, (parameter_id, value) in finals.items():  # the parameters the trial reported for (nni_compat)
         score = value.get("default") if isinstance(value, dict) else value
-        if trial_id in params and isinstance(score, (int, float)):
-            trials.append({"trial": trial_id, "parameters": params[trial_id], "score": float(score)})
+        if parameter_id in params and isinstance(score, (int, float)):
+            trials.append({"trial": trial_id, "parameters": params[parameter_id], "score": float(score)})
     return trials, config
 
 
