@@ -291,9 +291,9 @@ def experiment_dir(exp_id: str) -> Path:
 def read_trial_db(exp_dir: Path) -> tuple[dict, dict, dict]:
     """({parameter id: parameters}, {trial: (parameter id, final metric)}, experiment config) from an experiment's
     database. A final metric is paired with the parameter id its trial reported, not with the parameters NNI's
-    manager recorded for that trial: NNI 3.0's local training service hands the parameters of trials started together
-    to whichever asks first, so a trial may run (and report for) another one's parameters; the web UI then shows the
-    manager's, the metric's parameterId is what ran (seen in tests/test_search_nnictl.py's experiment)."""
+    manager recorded for that trial: NNI 3.0's local training service gave two trials started together each other's
+    parameters (seen once in tests/test_search_nnictl.py's experiment: each ran and reported for what it was handed,
+    the web UI showed the manager's); the metric's parameterId is what ran."""
     import json
     import sqlite3
 
