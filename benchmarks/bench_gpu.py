@@ -11,7 +11,8 @@
             `ours_whole_default`, and `ours_whole_reduce-overhead` with CUDA graphs (inductor); HF eager again.
 - layers:   fwd+bwd of dc / sa / ff / glu at --size's hidden size (and compiled with --compile), and of dc with its
             other convolution kernels (`DynamicConv.impl`: shifted adds for the depthwise convolution, unfolded
-            windows for the dynamic one; the same function), so the fastest one on a GPU can become the default.
+            windows for the dynamic one; the same function); plain `dc` is the layer's own pick for the device
+            (`dynamic_conv.FASTEST`, from this part's numbers on an H200).
             Target dc <= 1.2x sa.
 - supernet: a supernet training step on one sampled path vs the fixed model of the same arch (bench_supernet's
             sides). Target <= 1.05x.
@@ -196,12 +197,12 @@ def part_layers(a, device, amp) -> dict:
 
     from nni_lvbert.config import load_size
     from nni_lvbert.layers import LAYER_CLASSES, build_layer
-    from nni_lvbert.layers.dynamic_conv import DEPTHWISE, LIGHTWEIGHT, DynamicConv
+    from nni_lvbert.layers.dynamic_conv import DEPTHWISE, LIGHTWEIGHT
 
     cfg = load_size(a.size, max_length=a.seq)
     x = torch.randn(a.batch, a.seq, cfg.hidden_size, device=device, requires_grad=True)
     layers = {t: build_layer(t, cfg).to(device).train() for t in LAYER_CLASSES}
-    for impl in [(d, w) for d in DEPTHWISE for w in LIGHTWEIGHT if (d, w) != DynamicConv.impl]:
+    for impl in [(d, w) for d in DEPTHWISE for w in LIGHTWEIGHT]:  # "dc": DynamicConv's own pick (fastest_impl)
         layers[f"dc[{'+'.join(impl)}]"] = variant = build_layer("dc", cfg).to(device).train()
         variant.impl = impl  # the same function with other kernels (layers/dynamic_conv.py)
     if a.compile:

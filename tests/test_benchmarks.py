@@ -24,7 +24,7 @@ def test_bench_gpu_runs_every_part_on_the_cpu(tmp_path):
     assert report["model"]["ours_device_counts_over_hf"] > 0
     compiled = report["model_compiled"]  # aot_eager: no C++ build here, and no CUDA graphs (inductor only)
     assert compiled["ours_compiled_over_hf"] > 0 and compiled["ours_whole_default_over_hf"] > 0, compiled
-    layers = {"dc", "sa", "ff", "glu", "dc[shifted+band]", "dc[conv1d+unfold]", "dc[shifted+unfold]"}
+    layers = {"dc", "sa", "ff", "glu", "dc[conv1d+band]", "dc[shifted+band]", "dc[conv1d+unfold]", "dc[shifted+unfold]"}
     assert set(report["layers"]["ms"]) == layers | {f"{t}_compiled" for t in layers}
     assert report["layers"]["best_dc"] in layers and report["layers"]["best_dc_compiled"].endswith("_compiled")
     assert report["layers"]["dc_over_sa"] > 0 and report["layers"]["dc_over_sa_compiled"] > 0

@@ -110,7 +110,7 @@ def test_dynamic_conv_matches_naive_reference(n, kernel, impl):
 
 @pytest.mark.parametrize("impl", DC_IMPLS[1:], ids="-".join)
 def test_dynamic_conv_implementations_agree_with_gradients(impl):
-    """Every (depthwise, lightweight) implementation gives the default's outputs and gradients, padded and packed."""
+    """Every (depthwise, lightweight) implementation gives the first's outputs and gradients, padded and packed."""
     from nni_lvbert.layers import TokenRows
 
     cfg = tiny_config(conv_kernel=5)
@@ -121,7 +121,7 @@ def test_dynamic_conv_implementations_agree_with_gradients(impl):
     rows = TokenRows.of(mask)
     for args in ((x, mask), (rows.pack(x), mask, rows)):
         results = []
-        for which in (DynamicConv.impl, impl):
+        for which in (DC_IMPLS[0], impl):
             layer.impl = which
             layer.zero_grad()
             xi = args[0].clone().requires_grad_(True)
@@ -130,6 +130,31 @@ def test_dynamic_conv_implementations_agree_with_gradients(impl):
             results.append([y, xi.grad, *(p.grad for p in layer.parameters())])
         for a, b in zip(*results, strict=True):
             torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+
+
+def test_dynamic_conv_picks_the_fastest_kernels_per_device(monkeypatch):
+    """impl None (the default): the CPU's banded matmul, a GPU's measured pairs (eager / being compiled); a set impl
+    wins over it."""
+    from nni_lvbert.layers import dynamic_conv
+
+    assert DynamicConv.impl is None and set(dynamic_conv.FASTEST.values()) <= set(DC_IMPLS)
+    assert dynamic_conv.fastest_impl(torch.device("cpu")) == ("conv1d", "band")
+    assert dynamic_conv.fastest_impl(torch.device("cuda", 0)) == ("conv1d", "unfold")
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert dynamic_conv.fastest_impl(torch.device("cuda")) == ("shifted", "unfold")
+    assert dynamic_conv.fastest_impl(torch.device("cpu")) == ("conv1d", "band")
+    monkeypatch.undo()
+    used = []
+    monkeypatch.setitem(dynamic_conv.LIGHTWEIGHT, "unfold",
+                        lambda v, k: used.append("unfold") or dynamic_conv.lightweight_conv_unfold(v, k))
+    cfg = tiny_config()
+    layer = DynamicConv(cfg).eval()
+    x, mask = padded_batch(cfg, [6, 4], 6)
+    layer(x, mask)
+    assert used == []  # CPU: band
+    layer.impl = ("conv1d", "unfold")
+    layer(x, mask)
+    assert used == ["unfold"]
 
 
 def test_lightweight_conv_is_local():

@@ -60,10 +60,20 @@ def depthwise_conv_shifted(v: torch.Tensor, weight: torch.Tensor) -> torch.Tenso
 # implementations of the two convolutions (the same function, other kernels): `DynamicConv.impl` picks one of each
 DEPTHWISE = {"conv1d": depthwise_conv, "shifted": depthwise_conv_shifted}
 LIGHTWEIGHT = {"band": lightweight_conv, "unfold": lightweight_conv_unfold}
+# the fastest pair measured, fwd+bwd at `small` (H256, batch 128 x 128): CPU (2 cores): the banded matmul;
+# H200 bf16 (docs/benchmarks/h200/bench_gpu.json, layers): eager 3.27 ms (conv1d+unfold) vs 3.76 (conv1d+band),
+# under torch.compile 2.84 ms (shifted+unfold) vs 3.24 (conv1d+band), SA 2.50 / 2.46 ms
+FASTEST = {("cpu", False): ("conv1d", "band"), ("cpu", True): ("conv1d", "band"),
+           ("gpu", False): ("conv1d", "unfold"), ("gpu", True): ("shifted", "unfold")}
+
+
+def fastest_impl(device: torch.device) -> tuple[str, str]:
+    """The (DEPTHWISE, LIGHTWEIGHT) pair `DynamicConv` uses on `device`, eager or being compiled (`FASTEST`)."""
+    return FASTEST["cpu" if device.type == "cpu" else "gpu", torch.compiler.is_compiling()]
 
 
 class DynamicConv(nn.Module):
-    impl = ("conv1d", "band")  # (DEPTHWISE, LIGHTWEIGHT) keys; same results, set per instance to time others
+    impl: tuple[str, str] | None = None  # (DEPTHWISE, LIGHTWEIGHT) keys; None: `fastest_impl`. Same results.
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -86,7 +96,8 @@ class DynamicConv(nn.Module):
         if mask is not None and rows is None:
             v = v * mask.unsqueeze(-1).to(v.dtype)
         b, n, _ = v.shape
-        depthwise, lightweight = DEPTHWISE[self.impl[0]], LIGHTWEIGHT[self.impl[1]]
+        impl = self.impl or fastest_impl(v.device)
+        depthwise, lightweight = DEPTHWISE[impl[0]], LIGHTWEIGHT[impl[1]]
         s = self.pointwise(to_rows(depthwise(v, self.depthwise.weight), rows))
         kernels = self.kernel(s).unflatten(-1, (self.heads, self.k)).softmax(dim=-1)
         y = lightweight(v, to_seq(kernels, rows).view(b, n, self.heads, self.k))
