@@ -43,7 +43,7 @@ step() {  # name, seconds, command...: runs it with a time limit, stdout+stderr 
 }
 python3 -c "import torch; print(torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name(0))" \
   > "$OUT/env.txt" 2>&1
-step smoke "${SMOKE_S:-270}" python3 benchmarks/gpu_smoke.py "${smoke[@]}" --timeout 200 --dump-after 60 \
+step smoke "${SMOKE_S:-270}" python3 benchmarks/gpu_smoke.py "${smoke[@]}" --timeout 200 \
   --out "$OUT/smoke"
 step search "${SEARCH_S:-120}" python3 benchmarks/bench_search.py "${search[@]}" --trial-runs 0
 step bench "${BENCH_S:-330}" python3 benchmarks/bench_gpu.py "${bench[@]}" --out "$OUT/bench_gpu.json"

@@ -13,6 +13,9 @@ Runs the pipeline's commands one after another, each in its own process with a t
 A step whose input is missing (its predecessor failed) is skipped. Every step runs with
 $LVBERT_STACK_DUMP_AFTER set, so a step that hangs prints every thread's Python stack to its log every
 --dump-after seconds (how the silent supernet start on the H200 was found: NNI's experiment lock, see nni_compat).
+By default the first dump comes 20 s before the step's --timeout, i.e. only for a step about to count as hung:
+faulthandler's dump can crash the process it dumps (on the H200, Python 3.12: SIGSEGV while printing a thread
+inside torch.compile's Inductor, a compiled pre-training step that was only compiling).
 Logs: OUT/<step>.log; result: OUT/summary.json (per step, rewritten after each: status, exit code, seconds, training
 tokens/s where the run logs them, the last log lines of a failure), also printed. Exit status 0 only when every step
 passed.
@@ -88,7 +91,8 @@ def tokens_per_second(run_dir: Path) -> float | None:
 
 
 def run_step(name: str, cmds: list[list[str]], out: Path, a) -> dict:
-    env = dict(os.environ, LVBERT_STACK_DUMP_AFTER=str(a.dump_after), PYTHONFAULTHANDLER="1",
+    dump_after = a.dump_after if a.dump_after is not None else max(1.0, a.timeout - 20)
+    env = dict(os.environ, LVBERT_STACK_DUMP_AFTER=str(dump_after), PYTHONFAULTHANDLER="1",
                PYTHONUNBUFFERED="1")
     log_path = out / f"{name}.log"
     start = time.time()
@@ -123,7 +127,8 @@ def main() -> int:
     p.add_argument("--size", default="tiny", help="model size of every step (default tiny; small for speed)")
     p.add_argument("--steps", type=int, default=50, help="training steps per training command (default 50)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per command before it counts as hung")
-    p.add_argument("--dump-after", type=float, default=120, help="stack dump interval of a silent step (seconds)")
+    p.add_argument("--dump-after", type=float, help="stack dump interval of a step (seconds; default: --timeout "
+                                                      "less 20 s, min 1 s: only a step about to count as hung)")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend of the compile step")
     p.add_argument("--only", nargs="+", choices=STEPS, default=list(STEPS), help="run these steps only")
     a = p.parse_args()
