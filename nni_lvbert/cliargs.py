@@ -79,7 +79,9 @@ def add_training_args(t, title: str, dropout_help: str | None = None) -> None:
 
 def add_compile_arg(g) -> None:
     g.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
-                   help="torch.compile each layer block (backend: inductor when not named); opt-in, for GPUs")
+                   help="torch.compile for training (backend: inductor when not named); opt-in, for GPUs: "
+                        "pre-training compiles its whole objective (CUDA graphs on a GPU), other training each "
+                        "layer block")
 
 
 def add_resume_args(p, resume_help: str) -> None:

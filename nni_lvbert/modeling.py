@@ -58,7 +58,7 @@ class MLMHead(nn.Module):
 @dataclass
 class MLMOutput:
     loss: torch.Tensor | None  # mean cross-entropy over masked positions
-    logits: torch.Tensor | None  # (batch, seq, vocab), or (n_masked [+ padding], vocab) when only_masked
+    logits: torch.Tensor | None  # (batch, seq, vocab), or (len(positions), vocab) when only_masked
     correct: torch.Tensor | None = None  # number of masked tokens predicted right
     count: torch.Tensor | None = None  # number of masked tokens
     hidden: torch.Tensor | None = None
@@ -70,14 +70,12 @@ class MaskedLMMixin:
     def encode(self, input_ids, attention_mask=None, token_type_ids=None, start: int = 0, hidden=None):
         """Hidden states after all slots; `start`/`hidden` resume from a cached prefix of slots."""
         mask = attention_mask.bool() if attention_mask is not None else None
-        if mask is not None and bool(mask.all()):
+        if mask is not None and not torch.compiler.is_compiling() and bool(mask.all()):
             mask = None  # nothing padded: one host sync here instead of one per layer (sdpa_mask); same results
         x = self.embeddings(input_ids, token_type_ids) if hidden is None else hidden
         for layer in list(self.layers)[start:]:
             x = layer(x, mask)
         return x
-
-    mlm_rows_multiple = 1  # > 1: masked rows padded (ignored) to a multiple of it: fewer shapes for CUDA graphs
 
     def mlm(self, hidden, labels=None, only_masked: bool = True, positions=None) -> MLMOutput:
         """MLM loss/accuracy. With labels and only_masked, the vocabulary projection runs only at the masked
@@ -89,10 +87,7 @@ class MaskedLMMixin:
             if positions is None:
                 positions = masked_positions(labels)
             rows, target = masked_rows(hidden, positions), labels.reshape(-1).index_select(0, positions)
-            pad = -positions.shape[0] % self.mlm_rows_multiple
-            if pad:
-                rows, target = F.pad(rows, (0, 0, 0, pad)), F.pad(target, (0, pad), value=-100)
-            logits = self.head(rows)
+            logits = self.head(rows)  # positions padded by data.masking.pad_positions have target -100: ignored
         else:
             logits = self.head(hidden)
             target = labels

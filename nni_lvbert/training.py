@@ -235,18 +235,20 @@ def compile_layers(module, backend: str = "inductor") -> int:
 
 
 def compile_callback(backend: str):
-    """Compiles the layer blocks of the module Lightning trains, at fit start: for a supernet that is NNI's one-shot
-    module, whose path-sampling layers hold the very candidate blocks (compiling before NNI builds it could miss
-    blocks it copies)."""
+    """At fit start, the module Lightning trains compiles itself (`compile_for_training(backend)`, which returns
+    what it compiled: pre-training compiles its whole objective), or else its layer blocks are compiled: for a
+    supernet that module is NNI's one-shot module, whose path-sampling layers hold the very candidate blocks
+    (compiling before NNI builds it could miss blocks it copies)."""
     import pytorch_lightning as pl
 
-    class CompileLayers(pl.Callback):
+    class Compile(pl.Callback):
         def on_fit_start(self, trainer, pl_module):
-            n = compile_layers(pl_module, backend)
+            own = getattr(pl_module, "compile_for_training", None)
+            what = own(backend) if own else f"{compile_layers(pl_module, backend)} layer blocks compiled"
             if trainer.is_global_zero:
-                print(f"--compile {backend}: {n} layer blocks compiled", file=sys.stderr, flush=True)
+                print(f"--compile {backend}: {what}", file=sys.stderr, flush=True)
 
-    return CompileLayers()
+    return Compile()
 
 
 def common_meta(run: RunDir, opts: TrainOptions, result: FitResult, data) -> dict:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from nni_lvbert.config import ModelConfig
-from nni_lvbert.data.masking import IGNORE_INDEX, PadCollator, host_counts, model_mask
+from nni_lvbert.data.masking import IGNORE_INDEX, PadCollator, host_counts, model_mask, pad_positions
 from nni_lvbert.modeling import LVBertForMaskedLM, mlm_correct
 
 
@@ -42,7 +42,7 @@ def test_host_counts_are_the_devices_answers(lengths):
 
 @pytest.mark.parametrize("multiple", [1, 64])
 @pytest.mark.parametrize("arch", ["sfcg", "csfg"])
-def test_host_positions_give_the_labels_results(arch, multiple, monkeypatch):
+def test_host_positions_give_the_labels_results(arch, multiple):
     torch.manual_seed(0)
     cfg = tiny_cfg()
     model = LVBertForMaskedLM(cfg, arch)
@@ -52,8 +52,8 @@ def test_host_positions_give_the_labels_results(arch, multiple, monkeypatch):
     ref.loss.backward()
     ref_grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
-    monkeypatch.setattr(LVBertForMaskedLM, "mlm_rows_multiple", multiple)
-    out = model(ids, model_mask(batch), labels=labels, positions=batch["mlm_positions"])
+    padded = pad_positions(batch, multiple)
+    out = model(ids, model_mask(batch), labels=labels, positions=padded["mlm_positions"])
     out.loss.backward()
     n = batch["mlm_positions"].numel()
     assert out.logits.shape[0] == (n if multiple == 1 else -(-n // multiple) * multiple)
@@ -64,6 +64,19 @@ def test_host_positions_give_the_labels_results(arch, multiple, monkeypatch):
     torch.testing.assert_close(out.loss, ref.loss, rtol=1e-6, atol=1e-7)  # padded rows: zero in the sum
     for p, g in zip(model.parameters(), ref_grads):
         torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-7)
+
+
+def test_pad_positions_repeats_an_ignored_position():
+    batch = PadCollator(0)(rows([20, 20, 13, 5]))
+    n = batch["mlm_positions"].numel()
+    padded = pad_positions(batch, 64)
+    extra = padded["mlm_positions"][n:]
+    assert padded["mlm_positions"].numel() == -(-n // 64) * 64 > n and torch.equal(padded["mlm_positions"][:n],
+                                                                                   batch["mlm_positions"])
+    assert len(set(extra.tolist())) == 1 and int(batch["labels"].reshape(-1)[extra[0]]) == -100
+    assert pad_positions(batch, 1) is batch and pad_positions(padded, 64) is padded
+    every = {**batch, "labels": torch.zeros_like(batch["labels"])}  # no ignored position to repeat: unchanged
+    assert pad_positions(every, 64) is every and pad_positions({"labels": batch["labels"]}, 64)
 
 
 def test_argmax_branch_counts_ties_like_the_cpu_branch():
@@ -131,18 +144,17 @@ def test_training_losses_trace_as_one_graph(case):
     assert "nonzero" in dependent
 
 
-def test_electra_with_padded_generator_rows_replaces_the_same_tokens(monkeypatch):
-    """Padding the generator's masked rows (CUDA-graph shapes) changes no sample and no loss: only the masked rows
-    are sampled, and padded rows are ignored by the loss."""
+def test_electra_with_padded_generator_rows_replaces_the_same_tokens():
+    """Padding the masked positions (pad_positions: CUDA-graph shapes) changes no sample and no loss: a padding
+    position keeps its token (its own sample is dropped), and padded rows are ignored by the loss."""
     batch = PadCollator(0)(rows([16] * 4))
     batch["input_ids"] = torch.where(batch["labels"] >= 0, batch["labels"], batch["input_ids"])
     outs = []
     for multiple in (1, 64):
-        monkeypatch.setattr(LVBertForMaskedLM, "mlm_rows_multiple", multiple)
         torch.manual_seed(0)
         objective = objective_cases()["electra"]().train()
         torch.manual_seed(1)
-        outs.append(objective(batch))
+        outs.append(objective(pad_positions(batch, multiple)))
     a, b = outs
     assert torch.equal(a["fake_ids"], b["fake_ids"]) and torch.equal(a["disc_labels"], b["disc_labels"])
     assert torch.equal(a["mlm_correct"], b["mlm_correct"]) and torch.equal(a["mlm_count"], b["mlm_count"])

@@ -182,19 +182,28 @@ def test_resume_refuses_data_tokenized_otherwise(electra_run, tmp_path, capsys):
     assert (run / "checkpoints" / "last.ckpt").stat().st_mtime_ns == before
 
 
-def test_compile_trains_the_eager_weights_without_graph_breaks(tmp_path, cache_dir, capsys):
-    """--compile BACKEND compiles every layer block (aot_eager here: dynamo's graph capture and AOT autograd, with
-    no C++ build; the default inductor is for GPUs); same weights as eager, up to float rounding."""
+@pytest.mark.parametrize("objective", ["electra", "mlm"])
+def test_compile_trains_the_eager_weights_without_graph_breaks(objective, tmp_path, cache_dir, capsys):
+    """--compile BACKEND compiles the whole objective for training steps as one graph, padded batches included
+    (aot_eager here: dynamo's graph capture and AOT autograd, with no C++ build; the default inductor is for
+    GPUs), its masked positions padded to a multiple of 64. MLM: the eager run's weights, up to float rounding
+    (ELECTRA's Gumbel noise comes from torch.rand when compiled, from numpy's generator on an eager CPU)."""
     from safetensors.torch import load_file
     from torch._dynamo.utils import counters
 
     eager, compiled = tmp_path / "eager", tmp_path / "compiled"
-    assert main(pretrain_args(eager, cache_dir, steps=3)) == 0
+    assert main(pretrain_args(eager, cache_dir, steps=3, objective=objective)) == 0
     torch._dynamo.reset()  # compiled code of an earlier test would be reused: no new graphs to count
     counters.clear()
-    assert main(pretrain_args(compiled, cache_dir, "--compile", "aot_eager", steps=3)) == 0
-    assert counters["stats"]["unique_graphs"] >= 4  # dc, sa, ff, glu blocks (generator and discriminator)
+    capsys.readouterr()
+    assert main(pretrain_args(compiled, cache_dir, "--compile", "aot_eager", steps=3, objective=objective)) == 0
+    name = {"electra": "ElectraObjective", "mlm": "MLMObjective"}[objective]
+    assert f"--compile aot_eager: the whole {name} for training steps\n" in capsys.readouterr().err
+    assert 1 <= counters["stats"]["unique_graphs"] <= 3  # one graph (recompiled for new shapes)
     assert not counters["graph_break"], dict(counters["graph_break"])
+    if objective == "electra":
+        assert json.loads((compiled / "meta.json").read_text())["steps"] == 3
+        return
     a, b = load_file(eager / "pretrain.safetensors"), load_file(compiled / "pretrain.safetensors")
     assert a.keys() == b.keys()  # nn.Module.compile: parameter names unchanged
     for k in a:

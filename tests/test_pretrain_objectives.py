@@ -208,7 +208,8 @@ def test_replaced_labels_and_loss_weights(monkeypatch):
     assert torch.equal(out["fake_ids"], fake)
     replaced = (fake != original) & where
     real = batch["attention_mask"].bool()
-    assert torch.equal(out["disc_labels"], replaced[real].float())
+    assert torch.equal(out["disc_labels"][out["disc_real"]], replaced[real].float())
+    assert torch.equal(out["disc_real"], real.reshape(-1)) and not real.all()  # a padded batch
     assert int(replaced.sum()) == int(where.sum()) // 2 and int(out["disc_labels"].sum()) == int(replaced.sum())
     # loss = generator MLM + 50 x discriminator BCE over non-pad tokens (+ SOP)
     gen_logits = model.generator.head(model.generator.encode(batch["input_ids"], batch["attention_mask"],

@@ -74,6 +74,21 @@ def host_counts(batch: dict) -> dict:
     return batch
 
 
+def pad_positions(batch: dict, multiple: int) -> dict:
+    """`batch` with `mlm_positions` padded to a multiple of `multiple` by repeating a position whose label is -100
+    (the first one): the padded rows are ignored like any unmasked token (loss, count, accuracy; ELECTRA writes
+    the original token back there), and the number of masked rows takes few values (CUDA graphs are recorded per
+    input shape). Unchanged when nothing needs padding or every label is a target."""
+    import torch
+
+    positions = batch.get("mlm_positions")
+    pad = -positions.shape[0] % multiple if positions is not None else 0
+    free = (batch["labels"].reshape(-1) == IGNORE_INDEX).nonzero() if pad else None
+    if not pad or not len(free):
+        return batch
+    return {**batch, "mlm_positions": torch.cat([positions, free[0].expand(pad)])}
+
+
 def model_mask(batch: dict):
     """The attention mask the model needs: `attention_mask`, or None when the host counted no padding (the model
     then skips its own check, one host sync per step on a GPU); the same results either way."""

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..data.datamodule import MLMDataModule
-from ..data.masking import IGNORE_INDEX, PadCollator, host_counts, mlm_collator
+from ..data.masking import IGNORE_INDEX, PadCollator, host_counts, mlm_collator, pad_positions
 from ..data.resumable import SeededMasking, batch_seed
 
 MASK_PROBABILITY = 0.15  # ELECTRA mask_prob
@@ -92,8 +92,9 @@ class TrainCollate:
     """Training batches as a function of (seed, global batch): SOP swap, then MLM or ELECTRA masking."""
 
     def __init__(self, tokenizer, seed: int, objective: str, sop: bool, max_length: int, mlm_probability: float,
-                 global_batch: int | None = None, rank: int = 0, world: int = 1):
+                 global_batch: int | None = None, rank: int = 0, world: int = 1, positions_multiple: int = 1):
         self.seed, self.objective, self.sop, self.max_length = seed, objective, sop, max_length
+        self.positions_multiple = positions_multiple  # > 1: masked positions padded (pad_positions; --compile)
         self.global_batch, self.rank, self.world = global_batch, rank, world
         self.pad_id, self.mask_id = tokenizer.pad_token_id, tokenizer.mask_token_id
         self.special = sorted({tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id, self.mask_id})
@@ -120,7 +121,7 @@ class TrainCollate:
             batch = host_counts(batch)  # ELECTRA's own labels (pad_rows and SeededMasking count the MLM ones)
         if sop is not None:
             batch["sop_labels"] = torch.tensor(sop, dtype=torch.long)
-        return batch
+        return pad_positions(batch, self.positions_multiple)
 
 
 class IndexedRows(Dataset):
@@ -169,14 +170,17 @@ class ValCollate:
 class PretrainDataModule(MLMDataModule):
     """MLMDataModule (same resumable sampler: batch b is a function of (seed, b)) with the pre-training collates."""
 
-    def __init__(self, prepared, *, objective: str, sop: bool, data_seed: int, **kwargs):
+    def __init__(self, prepared, *, objective: str, sop: bool, data_seed: int, positions_multiple: int = 1,
+                 **kwargs):
         super().__init__(prepared, **kwargs)
         self.objective, self.sop, self.data_seed = objective, sop, data_seed
+        self.positions_multiple = positions_multiple  # training batches only (TrainCollate)
         self.max_length = int(self.prepared.settings["max_length"])
 
     def train_collate(self, sampler) -> TrainCollate:
         return TrainCollate(self.tokenizer, self.seed, self.objective, self.sop, self.max_length,
-                            self.mlm_probability, sampler.global_batch, sampler.rank, sampler.world)
+                            self.mlm_probability, sampler.global_batch, sampler.rank, sampler.world,
+                            self.positions_multiple)
 
     def val_dataloader(self) -> DataLoader:
         self.setup()

@@ -22,14 +22,20 @@ def step_sums(out: dict) -> torch.Tensor:
     values = dict.fromkeys(SUMS, 0)
     values.update({k: out[k] for k in SUMS if k in out})
     if "disc_logits" in out:
-        pred, y = out["disc_logits"] > 0, out["disc_labels"] > 0.5
-        values.update(disc_tokens=y.numel(), tp=(pred & y).sum(), fp=(pred & ~y).sum(), fn=(~pred & y).sum(),
-                      tn=(~pred & ~y).sum())
+        pred, y, real = out["disc_logits"] > 0, out["disc_labels"] > 0.5, out.get("disc_real")
+        if real is None:  # every token is real
+            values.update(disc_tokens=y.numel(), tp=(pred & y).sum(), fp=(pred & ~y).sum(), fn=(~pred & y).sum(),
+                          tn=(~pred & ~y).sum())
+        else:
+            values.update(disc_tokens=real.sum(), tp=(pred & y & real).sum(), fp=(pred & ~y & real).sum(),
+                          fn=(~pred & y & real).sum(), tn=(~pred & ~y & real).sum())
     return torch.stack([torch.as_tensor(values[k], device=ref.device).double().reshape(()) for k in SUMS])
 
 
-def histogram(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """(2, AUC_BINS) counts of negatives / positives per logit bin."""
+def histogram(logits: torch.Tensor, labels: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    """(2, AUC_BINS) counts of negatives / positives per logit bin (over the `real` tokens: None = all)."""
+    if real is not None:
+        logits, labels = logits[real], labels[real]
     scaled = (logits.float().clamp(-LOGIT_RANGE, LOGIT_RANGE) + LOGIT_RANGE) / (2 * LOGIT_RANGE)
     idx = (scaled * AUC_BINS).long().clamp(0, AUC_BINS - 1) + AUC_BINS * (labels > 0.5).long()
     return torch.bincount(idx, minlength=2 * AUC_BINS).double().view(2, AUC_BINS)

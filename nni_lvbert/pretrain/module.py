@@ -7,6 +7,13 @@ and the generator's Gumbel samples are a function of the step: a run resumed fro
 an uninterrupted one (the batches are already a function of (seed, batch)). Validation seeds from (data seed,
 batch index): every validation of every run over the same data draws the same samples.
 
+`--compile BACKEND` (`compile_for_training`): the training forward of the whole objective (embeddings, every layer,
+heads, losses, ELECTRA's sampling) is compiled, with CUDA graphs (mode "reduce-overhead") for inductor on a GPU:
+one replay per step instead of thousands of kernel launches. The masked positions of each training batch are
+padded to a multiple of COMPILED_POSITIONS (`data.masking.pad_positions`: ignored rows), so a step sees few input
+shapes (CUDA graphs are recorded per shape); the training collator does it on the host. Validation stays eager. H200, `small`, batch 128 x 128 (bench_gpu.py):
+the compiled MLM step 9.6 ms against 36.3 ms eager.
+
 Logged: train_loss, train_{gen_,}mlm_acc, train_disc_loss/acc, train_sop_acc, tok/s; at validation
 val_loss, val_{gen_,}mlm_acc, val_disc_loss/acc/precision/recall/auc, val_sop_acc (see metrics.py).
 """
@@ -20,6 +27,7 @@ from .metrics import histogram, step_sums, summarize
 
 STEP_STREAM, VAL_STREAM = 3, 4  # batch_seed streams (data.py uses 0 = masking and 1 = SOP)
 PROGRESS = ("mlm_acc", "gen_mlm_acc", "disc_acc", "sop_acc")
+COMPILED_POSITIONS = 64  # --compile: masked positions per training batch padded to a multiple of it
 
 
 class PretrainModule(MLMModule):
@@ -31,15 +39,31 @@ class PretrainModule(MLMModule):
         self.objective, self.clip_grad, self.seed, self.data_seed = objective, clip_grad, seed, data_seed
         self.disc_weight = disc_weight
         self._hist = None
+        self._compiled = {}  # "forward": the compiled training forward, "cudagraphs": whether it replays graphs
 
     def forward(self, batch):
         return self.model(batch)
+
+    def compile_for_training(self, backend: str) -> str:
+        """--compile: torch.compile the whole objective for training steps (see the module docstring). The
+        compiled callable shares the objective's parameters; it is kept out of the module tree (a plain dict), so
+        parameter names, checkpoints and exports stay as they are."""
+        cudagraphs = backend == "inductor" and self.device.type == "cuda"
+        mode = "reduce-overhead" if cudagraphs else None
+        self._compiled = {"forward": torch.compile(self.model.forward, backend=backend, mode=mode),
+                          "cudagraphs": cudagraphs}
+        return f"the whole {type(self.model).__name__} for training steps" + (" (CUDA graphs)" if cudagraphs else "")
 
     def on_train_batch_start(self, batch, batch_idx):
         torch.manual_seed(batch_seed(self.seed, self.trainer.global_step, self.trainer.global_rank, STEP_STREAM))
 
     def training_step(self, batch, batch_idx):
-        out = self(batch)
+        if self._compiled:
+            if self._compiled["cudagraphs"]:
+                torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs may be overwritten now
+            out = self._compiled["forward"](batch)
+        else:
+            out = self(batch)
         self.log("train_loss", out["loss"].detach(), prog_bar=True)
         for name, value in summarize(step_sums(out), self.objective).items():
             self.log(f"train_{name}", value, prog_bar=name in PROGRESS)
@@ -64,7 +88,7 @@ class PretrainModule(MLMModule):
         sums = step_sums(out)
         self._val = sums if self._val is None else self._val + sums
         if "disc_logits" in out:
-            hist = histogram(out["disc_logits"], out["disc_labels"])
+            hist = histogram(out["disc_logits"], out["disc_labels"], out.get("disc_real"))
             self._hist = hist if self._hist is None else self._hist + hist
 
     def on_validation_epoch_end(self):

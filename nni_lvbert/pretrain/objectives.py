@@ -172,21 +172,26 @@ class ElectraObjective(nn.Module):
             positions = masked_positions(labels)
         original = torch.where(labels != -100, labels, ids)
         gen = self.generator.mlm(self.generator.encode(ids, mask, types), labels, positions=positions)
-        sample = gumbel_max(gen.logits[:positions.shape[0]])  # logits at the masked positions (then any padding)
-        fake = original.reshape(-1).index_copy(0, positions, sample).view_as(original)
+        flat = original.reshape(-1)
+        sample = gumbel_max(gen.logits)  # one per position; a padding position (pad_positions) keeps its token:
+        sample = torch.where(labels.reshape(-1).index_select(0, positions) != -100, sample,
+                             flat.index_select(0, positions))
+        fake = flat.index_copy(0, positions, sample).view_as(original)
         replaced = fake != original  # only where the sample differs
         hidden = self.discriminator.encode(fake, mask, types)
         logits = self.disc_head(hidden)
-        if mask is None:  # nothing padded: every token counts, in the same order as logits[real]
-            disc_logits, disc_labels = logits.reshape(-1).float(), replaced.reshape(-1).float()
-        else:
-            real = mask.bool()
-            disc_logits, disc_labels = logits[real].float(), replaced[real].float()
-        disc_loss = F.binary_cross_entropy_with_logits(disc_logits, disc_labels)
+        disc_logits, disc_labels = logits.reshape(-1).float(), replaced.reshape(-1).float()
+        if mask is None:  # nothing padded: every token counts
+            disc_loss, real, n_real = F.binary_cross_entropy_with_logits(disc_logits, disc_labels), None, disc_labels.numel()
+        else:  # the mean over real tokens as a masked sum (no data-dependent shape: one graph when compiled)
+            real = mask.reshape(-1).bool()
+            n_real = real.sum()
+            disc_loss = F.binary_cross_entropy_with_logits(disc_logits, disc_labels, reduction="none").where(
+                real, 0.0).sum() / n_real
         out = {"parts": {"generator": gen.loss, "discriminator": disc_loss}, "fake_ids": fake,
                "mlm_loss": gen.loss.detach() * gen.count, "mlm_correct": gen.correct, "mlm_count": gen.count,
-               "disc_loss": disc_loss.detach() * disc_labels.numel(), "disc_logits": disc_logits.detach(),
-               "disc_labels": disc_labels}
+               "disc_loss": disc_loss.detach() * n_real, "disc_logits": disc_logits.detach(),
+               "disc_labels": disc_labels, "disc_real": real}  # per token (batch x seq); real: None = all
         out["loss"] = gen.loss + self.disc_weight * disc_loss + _sop(self.sop_head, hidden, batch, out)
         return out
 

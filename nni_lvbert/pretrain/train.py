@@ -132,7 +132,7 @@ def train_pretrain(opts: PretrainOptions) -> dict:
 
     from ..config import SpaceSpec
     from .data import PretrainDataModule
-    from .module import PretrainModule
+    from .module import COMPILED_POSITIONS, PretrainModule
     from .objectives import build_objective, generator_config, parse_arch
 
     if opts.arch is not None:
@@ -168,7 +168,8 @@ def train_pretrain(opts: PretrainOptions) -> dict:
     model = build_objective(opts.objective, cfg, arch, sop=opts.sop,
                             generator_fraction=opts.resolved("generator_fraction"), disc_weight=opts.disc_weight)
     dm = PretrainDataModule(data, objective=opts.objective, sop=opts.sop, data_seed=opts.data_seed,
-                            batch_size=batch_size // n_dev, seed=opts.seed, num_workers=opts.num_workers)
+                            batch_size=batch_size // n_dev, seed=opts.seed, num_workers=opts.num_workers,
+                            positions_multiple=COMPILED_POSITIONS if opts.compile else 1)
     module = PretrainModule(model, opts.objective, lr=opts.resolved("lr"), warmup_steps=opts.resolved("warmup_steps"),
                             max_steps=max_steps, weight_decay=opts.weight_decay, clip_grad=opts.clip_grad,
                             seed=opts.seed, data_seed=opts.data_seed, disc_weight=opts.disc_weight)
