@@ -7,7 +7,8 @@ Runs the pipeline's commands one after another, each in its own process with a t
     search     lvbert search run      (scoring on --device)
     iot        lvbert iot train + eval, from the supernet and the searched orders
     pretrain   lvbert pretrain        (ELECTRA, the searched architecture)
-    compile    the same with --compile (torch.compile of every layer block); summary: its tok/s over pretrain's
+    compile    the same with --compile (the whole objective compiled; CUDA graphs on a GPU); summary: its tok/s over
+               pretrain's (--arch, --objective: another architecture and objective for these two)
     finetune   lvbert finetune        (the pre-trained model on the embedded sotu-era task)
 
 A step whose input is missing (its predecessor failed) is skipped. Every step runs with
@@ -53,7 +54,7 @@ def commands(out: Path, a) -> dict[str, list[list[str]]]:
     lv = [sys.executable, "-m", "nni_lvbert.cli"]
     device = "cuda" if a.accelerator == "gpu" else a.accelerator
     train = ["--accelerator", a.accelerator, "--devices", "1", "--no-progress", "--overwrite"]
-    best = str(out / "search" / "best_arch.json")
+    best = a.arch or str(out / "search" / "best_arch.json")
     return {
         "env": [[sys.executable, "-c", ENV_PROBE]],
         "supernet": [lv + ["supernet", "train", "--size", a.size, "--max-steps", str(a.steps), "--val-every",
@@ -64,10 +65,11 @@ def commands(out: Path, a) -> dict[str, list[list[str]]]:
         "iot": [lv + ["iot", "train", "--supernet", str(out / "supernet"), "--orders-from", str(out / "search"),
                       "--m", "2", "--max-steps", str(a.steps), "--out", str(out / "iot"), *train],
                 lv + ["iot", "eval", "--run-dir", str(out / "iot"), "--val-batches", "2", "--no-progress"]],
-        "pretrain": [lv + ["pretrain", "--arch", best, "--size", a.size, "--objective", "electra", "--max-steps",
-                           str(a.steps), "--val-every", str(a.steps), "--out", str(out / "pretrain"), *train]],
-        "compile": [lv + ["pretrain", "--arch", best, "--size", a.size, "--objective", "electra", "--max-steps",
-                          str(a.steps), "--val-every", str(a.steps), "--out", str(out / "compile"),
+        "pretrain": [lv + ["pretrain", "--arch", best, "--size", a.size, "--objective", a.objective,
+                           "--max-steps", str(a.steps), "--val-every", str(a.steps), "--out", str(out / "pretrain"),
+                           *train]],
+        "compile": [lv + ["pretrain", "--arch", best, "--size", a.size, "--objective", a.objective,
+                          "--max-steps", str(a.steps), "--val-every", str(a.steps), "--out", str(out / "compile"),
                           "--compile", a.compile_backend, *train]],
         "finetune": [lv + ["finetune", "--model", str(out / "pretrain" / "hf"), "--task", "sotu-era",
                            "--max-steps", str(a.steps), "--seeds", "0", "--out", str(out / "finetune"),
@@ -131,13 +133,15 @@ def main() -> int:
                                                       "less 20 s, min 1 s: only a step about to count as hung)")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend of the compile step")
     p.add_argument("--only", nargs="+", choices=STEPS, default=list(STEPS), help="run these steps only")
+    p.add_argument("--arch", help="the pretrain/compile steps' architecture (default: the search step's best)")
+    p.add_argument("--objective", default="electra", help="the pretrain/compile steps' objective (default electra)")
     a = p.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     cmds = commands(out, a)
     summary: dict = {"accelerator": a.accelerator, "size": a.size, "steps": a.steps, "results": {}}
     for name in a.only:
-        need = NEEDS.get(name)
+        need = None if a.arch and name in ("pretrain", "compile") else NEEDS.get(name)
         if need in summary["results"] and summary["results"][need]["status"] != "passed":
             summary["results"][name] = {"status": "skipped", "reason": f"{need} did not pass"}
         else:
