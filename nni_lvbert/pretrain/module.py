@@ -61,6 +61,8 @@ class PretrainModule(MLMModule):
         if self._compiled:
             if self._compiled["cudagraphs"]:
                 torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs may be overwritten now
+            if "mlm_positions" in batch:  # varies by step: one graph for every count, not one compile per count
+                torch._dynamo.maybe_mark_dynamic(batch["mlm_positions"], 0)
             out = self._compiled["forward"](batch)
         else:
             out = self(batch)
