@@ -267,3 +267,14 @@ def test_presets_per_size_and_objective():
     assert resolved(size="small", objective="electra") == resolved(size="small", objective="mlm")
     assert resolved(size="base", objective="electra")["lr"] == 2e-4
     assert resolved(size="tiny", objective="electra", lr=1e-3)["lr"] == 1e-3  # a given value wins
+
+
+def test_optimizers_are_fused_only_on_gpus():
+    """Fused AdamW (one kernel) when every parameter is on a GPU; on the CPU torch's default, as before."""
+    from nni_lvbert.supernet.lightning_module import MLMModule
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    module = MLMModule(lr=1e-3, warmup_steps=1, max_steps=2)
+    module.set_model(model)
+    opt = module.configure_optimizers()["optimizer"]
+    assert opt.defaults["fused"] is None and all(g.get("fused") is None for g in opt.param_groups)

@@ -74,8 +74,9 @@ def optimizer_and_schedule(model, lr, total_steps, warmup_fraction=0.1, weight_d
     import torch
 
     groups = param_groups(model, lr, weight_decay, decay)
+    fused = all(p.is_cuda for g in groups for p in g["params"]) or None  # one kernel for all parameters on a GPU
     opt = torch.optim.AdamW([{k: v for k, v in g.items() if k != "names"} for g in groups], lr=lr, eps=eps,
-                            betas=(0.9, 0.999))
+                            betas=(0.9, 0.999), fused=fused)
     warmup = int(round(warmup_fraction * total_steps))
 
     def factor(step: int) -> float:
