@@ -10,9 +10,9 @@ batch index): every validation of every run over the same data draws the same sa
 `--compile BACKEND` (`compile_for_training`): the training forward of the whole objective (embeddings, every layer,
 heads, losses, ELECTRA's sampling) is compiled, with CUDA graphs (mode "reduce-overhead") for inductor on a GPU:
 one replay per step instead of thousands of kernel launches. The masked positions of each training batch are
-padded to a multiple of COMPILED_POSITIONS (`data.masking.pad_positions`: ignored rows), so a step sees few input
-shapes (CUDA graphs are recorded per shape); the training collator does it on the host. Validation stays eager. H200, `small`, batch 128 x 128 (bench_gpu.py):
-the compiled MLM step 9.6 ms against 36.3 ms eager.
+padded to a multiple of COMPILED_POSITIONS by the training collator, on the host (`data.masking.pad_positions`:
+ignored rows), and their count is marked dynamic: one graph, few CUDA graph recordings. Validation stays eager.
+H200, `small`, batch 128 x 128 (bench_gpu.py, the model alone): 9.6 ms a compiled MLM step, 36.3 ms eager.
 
 Logged: train_loss, train_{gen_,}mlm_acc, train_disc_loss/acc, train_sop_acc, tok/s; at validation
 val_loss, val_{gen_,}mlm_acc, val_disc_loss/acc/precision/recall/auc, val_sop_acc (see metrics.py).

@@ -182,7 +182,8 @@ class ElectraObjective(nn.Module):
         logits = self.disc_head(hidden)
         disc_logits, disc_labels = logits.reshape(-1).float(), replaced.reshape(-1).float()
         if mask is None:  # nothing padded: every token counts
-            disc_loss, real, n_real = F.binary_cross_entropy_with_logits(disc_logits, disc_labels), None, disc_labels.numel()
+            real, n_real = None, disc_labels.numel()
+            disc_loss = F.binary_cross_entropy_with_logits(disc_logits, disc_labels)
         else:  # the mean over real tokens as a masked sum (no data-dependent shape: one graph when compiled)
             real = mask.reshape(-1).bool()
             n_real = real.sum()
