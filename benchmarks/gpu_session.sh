@@ -26,12 +26,13 @@ else
 fi
 export PYTHONFAULTHANDLER=1 TOKENIZERS_PARALLELISM=false
 if [ "${ACCEL:-gpu}" = cpu ]; then
-  smoke=(--accelerator cpu --steps 4)
+  smoke=(--accelerator cpu --steps 4 --timeout 400)  # 2 cores: ELECTRA compiled whole (aot_eager) takes ~3 min
+  : "${SMOKE_S:=480}"
   bench=(--device cpu --size tiny --batch 4 --seq 32 --steps 2 --compile --compile-backend aot_eager)
   search=(--size tiny --device cpu --evaluations 20 --naive-sample 4 --freeze-sample 1)
   small=(--accelerator cpu --size tiny --steps 4 --compile-backend aot_eager)
 else
-  smoke=(--steps 50) bench=(--compile) search=(--size small --device cuda --evaluations 200 --naive-sample 20
+  smoke=(--steps 50 --timeout 200) bench=(--compile) search=(--size small --device cuda --evaluations 200 --naive-sample 20
                                               --freeze-sample 2)
   small=(--size small --steps 300)
 fi
@@ -48,7 +49,7 @@ python3 -c "import torch; print(torch.__version__, torch.cuda.is_available() and
   > "$OUT/env.txt" 2>&1
 for name in $STEPS; do  # in the order named
   case $name in
-    smoke) step smoke "${SMOKE_S:-270}" python3 benchmarks/gpu_smoke.py "${smoke[@]}" --timeout 200 --out "$OUT/smoke" ;;
+    smoke) step smoke "${SMOKE_S:-270}" python3 benchmarks/gpu_smoke.py "${smoke[@]}" --out "$OUT/smoke" ;;
     search) step search "${SEARCH_S:-120}" python3 benchmarks/bench_search.py "${search[@]}" --trial-runs 0 ;;
     bench) step bench "${BENCH_S:-330}" python3 benchmarks/bench_gpu.py "${bench[@]}" --out "$OUT/bench_gpu.json" ;;
     small) step small "${SMALL_S:-240}" python3 benchmarks/gpu_smoke.py "${small[@]}" --only pretrain compile \
