@@ -212,6 +212,15 @@ def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), hi
                      previous.get("validation", []) + list(history or []), previous)
 
 
+def adamw(groups: list[dict], **kwargs):
+    """torch's AdamW over parameter `groups`, fused (one kernel for every parameter) when all are on a GPU; torch's
+    default elsewhere. Every training's optimizer (supernet/IOT/pre-training, fine-tuning) is made here."""
+    import torch
+
+    fused = all(p.is_cuda for g in groups for p in g["params"]) or None
+    return torch.optim.AdamW(groups, fused=fused, **kwargs)
+
+
 def check_compile_backend(backend: str) -> None:
     import torch._dynamo
 

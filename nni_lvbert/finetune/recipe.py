@@ -73,10 +73,10 @@ def param_groups(model, lr: float, weight_decay: float = 0.01, decay: float = DE
 def optimizer_and_schedule(model, lr, total_steps, warmup_fraction=0.1, weight_decay=0.01, decay=DECAY, eps=1e-6):
     import torch
 
+    from ..training import adamw
+
     groups = param_groups(model, lr, weight_decay, decay)
-    fused = all(p.is_cuda for g in groups for p in g["params"]) or None  # one kernel for all parameters on a GPU
-    opt = torch.optim.AdamW([{k: v for k, v in g.items() if k != "names"} for g in groups], lr=lr, eps=eps,
-                            betas=(0.9, 0.999), fused=fused)
+    opt = adamw([{k: v for k, v in g.items() if k != "names"} for g in groups], lr=lr, eps=eps, betas=(0.9, 0.999))
     warmup = int(round(warmup_fraction * total_steps))
 
     def factor(step: int) -> float:

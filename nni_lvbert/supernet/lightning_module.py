@@ -8,6 +8,7 @@ import torch
 from nni.nas.evaluator.pytorch import LightningModule
 
 from ..data.masking import model_mask
+from ..training import adamw
 
 
 def log_throughput(module, batch) -> None:
@@ -74,7 +75,6 @@ class MLMModule(LightningModule):
         for name, p in self.model.named_parameters():
             (no_decay if p.ndim < 2 else decay).append(p)
         groups = [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        fused = all(p.is_cuda for p in decay + no_decay) or None  # one kernel for all parameters on a GPU
-        opt = torch.optim.AdamW(groups, lr=self.lr, betas=self.betas, eps=self.eps, fused=fused)
+        opt = adamw(groups, lr=self.lr, betas=self.betas, eps=self.eps)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, linear_warmup_decay(self.warmup_steps, self.max_steps))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
