@@ -55,6 +55,11 @@ def commands(out: Path, a) -> dict[str, list[list[str]]]:
     device = "cuda" if a.accelerator == "gpu" else a.accelerator
     train = ["--accelerator", a.accelerator, "--devices", "1", "--no-progress", "--overwrite"]
     best = a.arch or str(out / "search" / "best_arch.json")
+
+    def pretrain(name: str) -> list[str]:
+        return lv + ["pretrain", "--arch", best, "--size", a.size, "--objective", a.objective, "--max-steps",
+                     str(a.steps), "--val-every", str(a.steps), "--out", str(out / name), *train]
+
     return {
         "env": [[sys.executable, "-c", ENV_PROBE]],
         "supernet": [lv + ["supernet", "train", "--size", a.size, "--max-steps", str(a.steps), "--val-every",
@@ -65,12 +70,8 @@ def commands(out: Path, a) -> dict[str, list[list[str]]]:
         "iot": [lv + ["iot", "train", "--supernet", str(out / "supernet"), "--orders-from", str(out / "search"),
                       "--m", "2", "--max-steps", str(a.steps), "--out", str(out / "iot"), *train],
                 lv + ["iot", "eval", "--run-dir", str(out / "iot"), "--val-batches", "2", "--no-progress"]],
-        "pretrain": [lv + ["pretrain", "--arch", best, "--size", a.size, "--objective", a.objective,
-                           "--max-steps", str(a.steps), "--val-every", str(a.steps), "--out", str(out / "pretrain"),
-                           *train]],
-        "compile": [lv + ["pretrain", "--arch", best, "--size", a.size, "--objective", a.objective,
-                          "--max-steps", str(a.steps), "--val-every", str(a.steps), "--out", str(out / "compile"),
-                          "--compile", a.compile_backend, *train]],
+        "pretrain": [pretrain("pretrain")],
+        "compile": [pretrain("compile") + ["--compile", a.compile_backend]],
         "finetune": [lv + ["finetune", "--model", str(out / "pretrain" / "hf"), "--task", "sotu-era",
                            "--max-steps", str(a.steps), "--seeds", "0", "--out", str(out / "finetune"),
                            "--accelerator", a.accelerator, "--no-progress", "--overwrite"]],
