@@ -10,7 +10,9 @@
 # under OUT. A device loan allows 600 s per command and 900 s in all (machine start included), so run it as two
 # commands on the warm machine: `... OUT smoke search`, then at once `... OUT bench small`. Wheels packed by
 # ../shared/gpu/pack-wheels.sh into .gpu-wheels/ are installed first when present (a machine without nni/datasets).
-# ACCEL=cpu runs the same plumbing on a CPU at tiny shapes (a check of this script, not a measurement).
+# BUNDLE=FILE.tgz packs every log, JSON, CSV and text file under OUT (no weights, no data) into one archive: a
+# loan returns at most 8 files, so `BUNDLE=$OUT/session.tgz bash benchmarks/gpu_session.sh /tmp/s ...` brings back
+# all of them. ACCEL=cpu runs the same plumbing on a CPU at tiny shapes (a check of this script, not a measurement).
 set -uo pipefail
 OUT=${1:-runs/gpu-session}
 shift || true
@@ -58,4 +60,9 @@ for name in $STEPS; do  # in the order named
   esac
 done
 cat "$OUT/env.txt" "$OUT/summary.txt"
+if [ -n "${BUNDLE:-}" ]; then  # text results only (no tokenizers), each under 4 MB, paths relative to OUT
+  (cd "$OUT" && find . -type f -size -4M ! -name 'tokenizer*' \
+    \( -name '*.json' -o -name '*.log' -o -name '*.txt' -o -name '*.csv' \) -print0 | tar czf "$BUNDLE" --null -T -) \
+    && echo "bundle: $BUNDLE ($(du -h "$BUNDLE" | cut -f1))" || status=1
+fi
 exit $status
