@@ -301,7 +301,7 @@ def test_optimizer_groups_clipping_and_schedule():
 
 def test_auc_precision_recall_match_sklearn():
     metrics = pytest.importorskip("sklearn.metrics")
-    from nni_lvbert.pretrain.metrics import auc, histogram, step_sums, summarize
+    from nni_lvbert.pretrain.metrics import SUMS, auc, histogram, step_sums, summarize
 
     g = torch.Generator().manual_seed(0)
     labels = (torch.rand(20_000, generator=g) < 0.15).float()
@@ -314,3 +314,7 @@ def test_auc_precision_recall_match_sklearn():
     assert math.isclose(s["disc_precision"], metrics.precision_score(labels.numpy(), pred))
     assert math.isclose(s["disc_recall"], metrics.recall_score(labels.numpy(), pred))
     assert math.isclose(s["disc_acc"], metrics.accuracy_score(labels.numpy(), pred))
+    real = torch.rand(20_000, generator=g) < 0.8  # padding tokens (disc_real False) count nowhere
+    padded = step_sums({**out, "disc_real": real})
+    assert torch.equal(padded, step_sums({**out, "disc_logits": logits[real], "disc_labels": labels[real]}))
+    assert padded[SUMS.index("disc_tokens")] == real.sum() < 20_000

@@ -24,11 +24,9 @@ def step_sums(out: dict) -> torch.Tensor:
     if "disc_logits" in out:
         pred, y, real = out["disc_logits"] > 0, out["disc_labels"] > 0.5, out.get("disc_real")
         if real is None:  # every token is real
-            values.update(disc_tokens=y.numel(), tp=(pred & y).sum(), fp=(pred & ~y).sum(), fn=(~pred & y).sum(),
-                          tn=(~pred & ~y).sum())
-        else:
-            values.update(disc_tokens=real.sum(), tp=(pred & y & real).sum(), fp=(pred & ~y & real).sum(),
-                          fn=(~pred & y & real).sum(), tn=(~pred & ~y & real).sum())
+            real = torch.ones_like(y)
+        values.update(disc_tokens=real.sum(), tp=(pred & y & real).sum(), fp=(pred & ~y & real).sum(),
+                      fn=(~pred & y & real).sum(), tn=(~pred & ~y & real).sum())
     return torch.stack([torch.as_tensor(values[k], device=ref.device).double().reshape(()) for k in SUMS])
 
 
