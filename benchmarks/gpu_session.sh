@@ -34,8 +34,8 @@ if [ "${ACCEL:-gpu}" = cpu ]; then
   search=(--size tiny --device cpu --evaluations 20 --naive-sample 4 --freeze-sample 1)
   small=(--accelerator cpu --size tiny --steps 4 --compile-backend aot_eager)
 else
-  smoke=(--steps 50 --timeout 200) bench=(--compile) search=(--size small --device cuda --evaluations 200 --naive-sample 20
-                                              --freeze-sample 2)
+  smoke=(--steps 50 --timeout 200) bench=(--compile)
+  search=(--size small --device cuda --evaluations 200 --naive-sample 20 --freeze-sample 2)
   small=(--size small --steps 300)
 fi
 status=0
