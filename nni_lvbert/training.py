@@ -10,6 +10,7 @@ Plus the trainer conventions (atomic last.ckpt, CSV+TensorBoard logs, DDP defaul
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -341,6 +342,7 @@ def build_trainer(run_dir: Path, *, max_steps: int, devices, n_devices: int, acc
     from nni.nas.evaluator.pytorch import Trainer
     from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
+    quiet_lightning()
     precision = precision or ("bf16-mixed" if torch.cuda.is_available() else "32-true")
     trainer = Trainer(
         max_steps=max_steps, accelerator=accelerator, devices=devices, num_nodes=num_nodes, precision=precision,
@@ -349,11 +351,60 @@ def build_trainer(run_dir: Path, *, max_steps: int, devices, n_devices: int, acc
         num_sanity_val_steps=0,
         logger=[CSVLogger(run_dir / "logs", name="", version=_free_name(run_dir / "logs", "csv")),
                 TensorBoardLogger(run_dir / "logs", name="", version="tensorboard")],
-        callbacks=[atomic_checkpoint_callback(run_dir, ckpt_every), *callbacks], enable_checkpointing=False,
+        callbacks=[atomic_checkpoint_callback(run_dir, ckpt_every), *([progress_bar()] if progress else []),
+                   *callbacks], enable_checkpointing=False,
         enable_progress_bar=progress, enable_model_summary=model_summary, log_every_n_steps=10,
         use_distributed_sampler=False,  # MLMDataModule shards each global batch over ranks itself
     )
     return trainer, precision
+
+
+class _DropLitLoggerTip(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("💡 Tip: For seamless cloud logging")
+
+
+_DROP_LITLOGGER_TIP = _DropLitLoggerTip()
+
+
+def quiet_lightning() -> None:
+    """Two lines Lightning 2.6 prints at every training start that say nothing about the run: its advertisement for
+    LitLogger (logged when no LitLogger is among the loggers; only that message is dropped), and torch's
+    FutureWarning that `LeafSpec` is deprecated, raised because Lightning's utilities/_pytree.py still builds one
+    (torch 2.13 with Lightning 2.6.6; drop the filter once a Lightning pin no longer does)."""
+    import warnings
+
+    logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_DROP_LITLOGGER_TIP)  # added once
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                            category=FutureWarning)
+
+
+def progress_bar():
+    """Lightning's own bar (rich when rich is installed, else tqdm: Lightning's choice) for our step-based runs,
+    without two misleading items: 'v_num', the logger's version (here the fixed 'tensorboard' folder, which the
+    bar cuts to 'oard'), and the rich bar's epoch total: Lightning 2.6 prints max_epochs - 1 after the epoch, i.e.
+    'Epoch 0/-2' when max_steps ends the run (max_epochs=-1; Lightning issue #21925, fixed in 2.7 by PR #21924 --
+    drop `_get_train_description` below once the pin is >= 2.7)."""
+    import importlib.util
+
+    from pytorch_lightning.callbacks import RichProgressBar, TQDMProgressBar
+
+    class NoVersion:
+        def get_metrics(self, trainer, pl_module):
+            items = super().get_metrics(trainer, pl_module)
+            items.pop("v_num", None)
+            return items
+
+    class StepTQDM(NoVersion, TQDMProgressBar):
+        pass
+
+    class StepRich(NoVersion, RichProgressBar):
+        def _get_train_description(self, current_epoch: int) -> str:
+            if (self.trainer.max_epochs or 0) >= 0:
+                return super()._get_train_description(current_epoch)
+            return f"{f'Epoch {current_epoch}':{len(self.validation_description)}}"  # padded as Lightning pads
+
+    return StepRich() if importlib.util.find_spec("rich") else StepTQDM()
 
 
 def _free_name(parent: Path, base: str) -> str:

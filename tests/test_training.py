@@ -1,0 +1,79 @@
+"""The trainer conventions of training.build_trainer that every Lightning command shares."""
+from __future__ import annotations
+
+import pytest
+
+
+def _trainer(tmp_path, progress: bool):
+    from nni_lvbert.training import build_trainer
+
+    trainer, _ = build_trainer(tmp_path / "t", max_steps=2, devices=1, n_devices=1, accelerator="cpu",
+                               strategy=None, precision=None, val_every=1, val_batches=1, ckpt_every=1,
+                               callbacks=[], progress=progress, model_summary=False)
+    return trainer
+
+
+@pytest.mark.parametrize("rich", [True, False])
+def test_progress_bar_shows_neither_a_negative_epoch_total_nor_the_logger_version(tmp_path, monkeypatch, rich):
+    import importlib.util
+
+    from pytorch_lightning.callbacks import RichProgressBar, TQDMProgressBar
+    from pytorch_lightning.callbacks.progress import ProgressBar
+
+    if not rich:  # as where rich is not installed: Lightning's tqdm bar
+        find_spec = importlib.util.find_spec
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rich" else find_spec(name, *a))
+    from pytorch_lightning.demos.boring_classes import BoringModel
+
+    trainer = _trainer(tmp_path, progress=True)
+    trainer.fit(BoringModel())  # a real (2-step) fit: Lightning sets max_epochs there
+    assert trainer.global_step == 2
+    bars = [c for c in trainer.callbacks if isinstance(c, ProgressBar)]
+    assert len(bars) == 1 and isinstance(bars[0], RichProgressBar if rich else TQDMProgressBar)
+    bar = bars[0]
+    assert trainer.max_epochs == -1  # max_steps ends the run
+    assert "v_num" not in bar.get_metrics(trainer, None)
+    if rich:
+        # Lightning 2.6's own description: 'Epoch 0/-2' (the method we override must still exist and be used)
+        assert "/-2" in RichProgressBar._get_train_description(bar, 0)
+        assert bar._get_train_description(3).strip() == "Epoch 3"
+
+
+def test_no_progress_bar_with_no_progress(tmp_path):
+    from pytorch_lightning.callbacks.progress import ProgressBar
+
+    trainer = _trainer(tmp_path, progress=False)
+    assert not any(isinstance(c, ProgressBar) for c in trainer.callbacks)
+    assert trainer.progress_bar_callback is None
+
+
+def test_lightning_start_up_noise_is_dropped_and_nothing_else(tmp_path, caplog):
+    import inspect
+    import logging
+    import warnings
+
+    from pytorch_lightning.trainer.connectors.logger_connector import logger_connector
+    from torch.utils import _pytree
+
+    from nni_lvbert.training import quiet_lightning
+
+    assert "💡 Tip: For seamless cloud logging" in inspect.getsource(logger_connector)  # what Lightning logs
+    with warnings.catch_warnings(record=True) as before:
+        warnings.simplefilter("always")
+        _pytree.LeafSpec()  # what Lightning's _pytree.py builds: torch warns
+    assert any("LeafSpec" in str(w.message) for w in before)
+
+    with warnings.catch_warnings(record=True) as after:
+        warnings.simplefilter("always")
+        quiet_lightning()
+        _pytree.LeafSpec()
+        warnings.warn("another FutureWarning", FutureWarning)
+    assert [str(w.message) for w in after] == ["another FutureWarning"]
+
+    log = logging.getLogger("pytorch_lightning.utilities.rank_zero")
+    with caplog.at_level(logging.INFO, logger=log.name):
+        _trainer(tmp_path, progress=False)  # build_trainer quiets Lightning itself
+        log.info("another rank-zero line")
+    messages = [r.getMessage() for r in caplog.records]
+    assert "another rank-zero line" in messages and "GPU available: False, used: False" in messages
+    assert not any("litlogger" in m.lower() for m in messages)
