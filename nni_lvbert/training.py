@@ -6,7 +6,8 @@
     result = fit(run, opts, module, datamodule, callbacks=..., space=space, strategy=oneshot)
     run.save_weights(...); run.write_json("meta.json", {**common_meta(run, opts, result, data), ...})
 
-Plus the trainer conventions (atomic last.ckpt, CSV+TensorBoard logs, DDP defaults) and nnictl trial plumbing.
+Plus the trainer conventions (atomic last.ckpt, CSV+TensorBoard logs, DDP defaults, progress bar, quiet start-up)
+and nnictl trial plumbing.
 """
 from __future__ import annotations
 
@@ -383,8 +384,8 @@ def progress_bar():
     """Lightning's own bar (rich when rich is installed, else tqdm: Lightning's choice) for our step-based runs,
     without two misleading items: 'v_num', the logger's version (here the fixed 'tensorboard' folder, which the
     bar cuts to 'oard'), and the rich bar's epoch total: Lightning 2.6 prints max_epochs - 1 after the epoch, i.e.
-    'Epoch 0/-2' when max_steps ends the run (max_epochs=-1; Lightning issue #21925, fixed in 2.7 by PR #21924 --
-    drop `_get_train_description` below once the pin is >= 2.7)."""
+    'Epoch 0/-2' when max_steps ends the run (max_epochs=-1; Lightning issue #21925, fixed upstream by PR #21924:
+    drop `_get_train_description` below once a pinned Lightning has that fix)."""
     import importlib.util
 
     from pytorch_lightning.callbacks import RichProgressBar, TQDMProgressBar

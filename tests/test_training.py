@@ -22,7 +22,8 @@ def test_progress_bar_shows_neither_a_negative_epoch_total_nor_the_logger_versio
 
     if not rich:  # as where rich is not installed: Lightning's tqdm bar
         find_spec = importlib.util.find_spec
-        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rich" else find_spec(name, *a))
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: None if name == "rich" else find_spec(name, *a))
     from pytorch_lightning.demos.boring_classes import BoringModel
 
     trainer = _trainer(tmp_path, progress=True)
