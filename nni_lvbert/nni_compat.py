@@ -128,7 +128,7 @@ def check_nnictl_filelock() -> None:
 NO_CHECKPOINT_CALLBACK = "Checkpoint callback is found to be None in evaluator trainer."
 
 
-class _DropMessage(logging.Filter):
+class DropMessage(logging.Filter):  # also training.quiet_lightning's
     def __init__(self, message: str):
         super().__init__()
         self.message = message
@@ -137,7 +137,7 @@ class _DropMessage(logging.Filter):
         return record.msg != self.message
 
 
-_DROP_NO_CHECKPOINT_CALLBACK = _DropMessage(NO_CHECKPOINT_CALLBACK)
+_DROP_NO_CHECKPOINT_CALLBACK = DropMessage(NO_CHECKPOINT_CALLBACK)
 
 
 def quiet_nni_logging() -> None:  # raises levels only: a caller may have set a quieter one

@@ -11,7 +11,6 @@ and nnictl trial plumbing.
 """
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
@@ -21,6 +20,7 @@ from typing import ClassVar
 
 # NNI 3.0 workarounds (trial reporting, running a NasExperiment), re-exported for the training commands
 from .nni_compat import TrialReporter, in_nni_trial, quiet_nni_logging, run_nas_experiment  # noqa: F401
+from .nni_compat import DropMessage
 from .options import adopt, launcher_is_rank_zero, publish, resume_from, to_dict  # noqa: F401  (re-exported)
 from .data.split import DEFAULT_VAL_FRACTION as VAL_FRACTION  # default held-out share of documents
 from .errors import UserError
@@ -360,12 +360,10 @@ def build_trainer(run_dir: Path, *, max_steps: int, devices, n_devices: int, acc
     return trainer, precision
 
 
-class _DropLitLoggerTip(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("💡 Tip: For seamless cloud logging")
-
-
-_DROP_LITLOGGER_TIP = _DropLitLoggerTip()
+LITLOGGER_TIP = ("💡 Tip: For seamless cloud logging and experiment tracking, try installing "
+                 "[litlogger](https://pypi.org/project/litlogger/) to enable LitLogger, which logs metrics and "
+                 "artifacts automatically to the Lightning Experiments platform.")
+_DROP_LITLOGGER_TIP = DropMessage(LITLOGGER_TIP)
 
 
 def quiet_lightning() -> None:
@@ -373,6 +371,7 @@ def quiet_lightning() -> None:
     LitLogger (logged when no LitLogger is among the loggers; only that message is dropped), and torch's
     FutureWarning that `LeafSpec` is deprecated, raised because Lightning's utilities/_pytree.py still builds one
     (torch 2.13 with Lightning 2.6.6; drop the filter once a Lightning pin no longer does)."""
+    import logging
     import warnings
 
     logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_DROP_LITLOGGER_TIP)  # added once
