@@ -1,6 +1,6 @@
 """Model configuration, model sizes and search-space files.
 
-`nni_lvbert/spaces/sizes.yaml` holds the sizes (LV-BERT Table 5 + `tiny`); `nni_lvbert/spaces/<name>.yaml` holds a
+`search_spaces/sizes.yaml` holds the sizes (LV-BERT Table 5 + `tiny`); `search_spaces/<name>.yaml` holds a
 space: number of slots, candidate layer types and the default size (paths: `nni_lvbert.resources`). Both are plain
 YAML so users can add their own (`lvbert init-experiment DIR` copies the spaces out; `--space PATH` reads one).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from .errors import UserError
-from .resources import SIZES_FILE, SPACES_DIR, space_names  # shipped package data (nni_lvbert/spaces/)
+from .resources import SIZES_FILE, SPACES_DIR, space_names  # shipped package data (search_spaces/)
 
 # Layer types and their one-letter codes (compact arch strings like "ccsf...").
 LAYER_TYPES = ("dc", "sa", "ff", "glu")
@@ -135,7 +135,7 @@ class SpaceSpec:
 
 
 def load_space(name_or_path: str | Path) -> SpaceSpec:
-    """A space by name (nni_lvbert/spaces/<name>.yaml) or by path to a YAML file."""
+    """A space by name (search_spaces/<name>.yaml) or by path to a YAML file."""
     p = Path(name_or_path)
     if not p.suffix:
         candidate = SPACES_DIR / f"{name_or_path}.yaml"

@@ -2,8 +2,8 @@
 
 DIR gets the nnictl configs (search.yml, supernet.yml, iot.yml), their search-space JSONs and the web-UI bind
 script side by side (the configs name them relative to their own folder, so the copy works as is), and
-DIR/spaces/<name>.yaml, the search spaces, for `--space DIR/spaces/<name>.yaml`. Existing files are never replaced
-without `--overwrite`; each file is written to a temp file and renamed.
+DIR/search_spaces/<name>.yaml, the search spaces, for `--space DIR/search_spaces/<name>.yaml`. Existing files are
+never replaced without `--overwrite`; each file is written to a temp file and renamed.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from .errors import UserError
 def planned_copies(dest: Path) -> list[tuple[Path, Path]]:
     """(shipped file, its copy under dest) for every file init-experiment writes."""
     pairs = [(src, dest / src.name) for src in resources.EXPERIMENT_FILES]
-    pairs += [(src, dest / "spaces" / src.name) for src in resources.space_files()]
+    pairs += [(src, dest / "search_spaces" / src.name) for src in resources.space_files()]
     return pairs
 
 
@@ -65,6 +65,6 @@ def run(args) -> int:
     print(f"  or by hand:        LVBERT_SUPERNET=$PWD/runs/supernet "
           f"NODE_OPTIONS=\"--require {(d / 'bind_localhost.js').resolve()}\" "
           f"nnictl create --config {d / 'search.yml'} --port 8080")
-    print(f"an edited space:     lvbert supernet train --space {d / 'spaces' / 'lvbert.yaml'} ...")
+    print(f"an edited space:     lvbert supernet train --space {d / 'search_spaces' / 'lvbert.yaml'} ...")
     print(f"model sizes (read-only, --size NAME): {resources.SIZES_FILE}")
     return 0

@@ -353,7 +353,7 @@ def build_trainer(run_dir: Path, *, max_steps: int, devices, n_devices: int, acc
         logger=[CSVLogger(run_dir / "logs", name="", version=_free_name(run_dir / "logs", "csv")),
                 TensorBoardLogger(run_dir / "logs", name="", version="tensorboard")],
         callbacks=[atomic_checkpoint_callback(run_dir, ckpt_every), *([progress_bar()] if progress else []),
-                   *callbacks], enable_checkpointing=False,
+                   *([module_summary()] if model_summary else []), *callbacks], enable_checkpointing=False,
         enable_progress_bar=progress, enable_model_summary=model_summary, log_every_n_steps=10,
         use_distributed_sampler=False,  # MLMDataModule shards each global batch over ranks itself
     )
@@ -405,6 +405,28 @@ def progress_bar():
             return f"{f'Epoch {current_epoch}':{len(self.validation_description)}}"  # padded as Lightning pads
 
     return StepRich() if importlib.util.find_spec("rich") else StepTQDM()
+
+
+def module_summary():
+    """Lightning's table of modules without its FLOPs column and "Total Flops" line: Lightning counts FLOPs only by
+    running the module's `example_input_array`, which none of ours has (a supernet's forward depends on the sampled
+    path), so both would say 0. Lightning's plain table otherwise (its own formatter), logged as Lightning logs it."""
+    from pytorch_lightning.callbacks import ModelSummary
+    from pytorch_lightning.utilities.model_summary.model_summary import _format_summary_table
+
+    class NoFlopsSummary(ModelSummary):
+        def summarize(self, summary_data, total_parameters, trainable_parameters, model_size, total_training_modes,
+                      total_flops, **kwargs):
+            columns = [c for c in summary_data if c[0] != "FLOPs" or total_flops]
+            table = _format_summary_table(total_parameters, trainable_parameters, model_size, total_training_modes,
+                                          total_flops, *columns)
+            if not total_flops:
+                table = table.rsplit("\n", 1)[0]  # the "0 Total Flops" line
+            import logging
+
+            logging.getLogger("pytorch_lightning.callbacks.model_summary").info("\n" + table)
+
+    return NoFlopsSummary()
 
 
 def _free_name(parent: Path, base: str) -> str:

@@ -489,6 +489,14 @@ def test_bad_inputs_are_one_line_and_write_nothing(model_dir, tmp_path, capsys):
     code, _, err = run_cli(["finetune", "--task", "sotu-era", "--model", str(other), "--out", str(out)], capsys)
     assert code == 2 and not out.exists(), err
     one_error_line(err)
+    damaged = tmp_path / "damaged"  # a new user's test: the weights file cut short
+    shutil.copytree(model_dir, damaged)
+    weights = damaged / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    for argv in (["finetune", "--task", "sotu-era"], ["glue", "--data", str(glue), "--tasks", "rte"]):
+        code, _, err = run_cli([*argv, "--model", str(damaged), "--out", str(out), *QUICK], capsys)
+        assert code == 2 and not out.exists(), err
+        assert f"{weights} is damaged or truncated" in one_error_line(err) and "Traceback" not in err
 
 
 @pytest.mark.slow

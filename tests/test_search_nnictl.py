@@ -25,9 +25,9 @@ def test_committed_search_space_json_is_generated_from_the_model_space(capsys):
     code, out, _ = run_cli(["search", "space-json", "--space", "lvbert"], capsys)
     assert code == 0
     generated = json.loads(out)
-    assert generated == json.loads((REPO / "nni_lvbert" / "experiments" / "search_space.json").read_text())
+    assert generated == json.loads((REPO / "experiments" / "search_space.json").read_text())
     assert len(generated) == 24 and all(v == {"_type": "choice", "_value": TYPES} for v in generated.values())
-    config = yaml.safe_load((REPO / "nni_lvbert" / "experiments" / "search.yml").read_text())
+    config = yaml.safe_load((REPO / "experiments" / "search.yml").read_text())
     assert config["searchSpaceFile"] == "search_space.json"
     assert config["tuner"]["className"] == "nni_lvbert.search.tuner.LVBertEvolutionTuner"
     args = config["tuner"]["classArgs"]
@@ -36,8 +36,27 @@ def test_committed_search_space_json_is_generated_from_the_model_space(capsys):
     assert config["maxTrialNumber"] == budget == 1000
     from nni_lvbert.search.nnictl import BIND_JS_FILE, DEFAULT_CONFIG
 
-    assert BIND_JS_FILE == REPO / "nni_lvbert" / "experiments" / "bind_localhost.js" and BIND_JS_FILE.is_file()
-    assert DEFAULT_CONFIG == REPO / "nni_lvbert" / "experiments" / "search.yml"
+    assert BIND_JS_FILE == REPO / "experiments" / "bind_localhost.js" and BIND_JS_FILE.is_file()
+    assert DEFAULT_CONFIG == REPO / "experiments" / "search.yml"
+
+
+def test_checkout_experiment_config_resolves_as_written():
+    """`nnictl create --config experiments/search.yml` from a checkout: NNI resolves the config's relative paths
+    against the top-level experiments/ folder, and a trial's default supernet (../runs/supernet, relative to that
+    folder, where trials run) is where `lvbert supernet train` writes by default, run from the checkout."""
+    import shlex
+
+    from nni.experiment.config import ExperimentConfig
+
+    from nni_lvbert.supernet.train import SupernetOptions
+
+    folder = REPO / "experiments"
+    config = ExperimentConfig.load(str(folder / "search.yml")).canonical_copy()
+    assert Path(config.trial_code_directory) == folder and Path(config.search_space_file).is_file()
+    command = shlex.split(config.trial_command)
+    default = command[command.index("--supernet") + 1]
+    assert default == "${LVBERT_SUPERNET:-../runs/supernet}"
+    assert (folder / "../runs/supernet").resolve() == (REPO / SupernetOptions().run_dir).resolve()
 
 
 def test_nnictl_port_in_use_is_one_line(tiny, capsys):

@@ -1,5 +1,5 @@
 """supernet.yml under nnictl: the trial trains a supernet and the web UI gets intermediate + final validation MLM
-accuracy. The experiment folder is the copy `lvbert init-experiment` makes of the package's nni_lvbert/experiments/;
+accuracy. The experiment folder is the copy `lvbert init-experiment` makes of the repository's experiments/;
 only the trial command's scale is shrunk, everything else (relative paths included) is the file as shipped."""
 import json
 import os
@@ -20,7 +20,7 @@ from tests.nnictl_helpers import wait_for_trials
 from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parent.parent
-SHIPPED = REPO / "nni_lvbert" / "experiments"
+SHIPPED = REPO / "experiments"  # top-level in the repository (nni_lvbert/experiments/ in the wheel)
 
 
 @pytest.mark.slow

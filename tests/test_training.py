@@ -4,13 +4,34 @@ from __future__ import annotations
 import pytest
 
 
-def _trainer(tmp_path, progress: bool):
+def _trainer(tmp_path, progress: bool, model_summary: bool = False):
     from nni_lvbert.training import build_trainer
 
     trainer, _ = build_trainer(tmp_path / "t", max_steps=2, devices=1, n_devices=1, accelerator="cpu",
                                strategy=None, precision=None, val_every=1, val_batches=1, ckpt_every=1,
-                               callbacks=[], progress=progress, model_summary=False)
+                               callbacks=[], progress=progress, model_summary=model_summary)
     return trainer
+
+
+def test_model_summary_has_no_column_of_zero_flops(tmp_path, caplog):
+    """Lightning's summary counts FLOPs only through an example input, which our modules do not have: no FLOPs
+    column of zeros and no '0 Total Flops' line; with an example input the FLOPs stay (and are not zero)."""
+    import logging
+
+    import torch
+    from pytorch_lightning.demos.boring_classes import BoringModel
+
+    tables = []
+    for example in (False, True):
+        model = BoringModel()
+        model.example_input_array = torch.randn(2, 32) if example else None
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            _trainer(tmp_path / str(example), progress=False, model_summary=True).fit(model)
+        (table,) = [r.getMessage() for r in caplog.records if "Total params" in r.getMessage()]
+        tables.append(table)
+    assert "FLOPs" not in tables[0] and "Flops" not in tables[0] and "Trainable params" in tables[0]
+    assert "FLOPs" in tables[1] and "Total Flops" in tables[1] and "0         Total Flops" not in tables[1]
 
 
 @pytest.mark.parametrize("rich", [True, False])

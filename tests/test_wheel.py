@@ -45,9 +45,10 @@ def installed(tmp_path_factory):
     # no build isolation: setuptools comes from the test venv, nothing is downloaded
     src = root / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, src / name)
-    shutil.copytree(REPO / "nni_lvbert", src / "nni_lvbert", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("nni_lvbert", *resources.RESOURCE_DIRS):  # the top-level resource folders are mapped into the package
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     dist = root / "dist"
     _ok(_run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", ".",
               "-w", dist], src, env))
@@ -72,9 +73,10 @@ def test_the_wheel_ships_every_resource(installed):
     names = set(zipfile.ZipFile(installed["wheel"]).namelist())
     shipped = [*resources.EXPERIMENT_FILES, resources.SIZES_FILE, *resources.space_files()]
     assert len(resources.space_files()) >= 5
-    for path in shipped:
-        assert path.is_file()
-        assert "nni_lvbert/" + path.relative_to(resources.PACKAGE_DIR).as_posix() in names
+    for path in shipped:  # the repository's top-level search_spaces/ and experiments/ land inside the package
+        assert path.is_file() and path.parent.name in resources.RESOURCE_DIRS
+        assert path.parent.parent == REPO  # a checkout reads its own top-level folders (the source of truth)
+        assert f"nni_lvbert/{path.parent.name}/{path.name}" in names
 
 
 def test_installed_package_runs_from_the_venv_not_the_checkout(installed):
@@ -124,7 +126,7 @@ def test_installed_cli_info_and_init_experiment(installed):
     for src in resources.EXPERIMENT_FILES:
         assert (exp / src.name).read_bytes() == src.read_bytes()
     for src in resources.space_files():
-        assert (exp / "spaces" / src.name).read_bytes() == src.read_bytes()
+        assert (exp / "search_spaces" / src.name).read_bytes() == src.read_bytes()
     again = run("init-experiment", "my-exp")
     lines = [line for line in again.stderr.splitlines() if line.strip()]
     assert again.returncode == 2 and len(lines) == 1
@@ -134,8 +136,8 @@ def test_installed_cli_info_and_init_experiment(installed):
     assert (exp / "search.yml").read_bytes() == resources.SEARCH_CONFIG.read_bytes()
 
     # an edited copy of a space is read with --space PATH
-    (exp / "spaces" / "mine.yaml").write_text("name: mine\nslots: 4\ncandidates: [sa, ff]\nsize: tiny\n")
-    mine = json.loads(_ok(run("info", "--arch", "sfsf", "--space", "my-exp/spaces/mine.yaml", "--json")))
+    (exp / "search_spaces" / "mine.yaml").write_text("name: mine\nslots: 4\ncandidates: [sa, ff]\nsize: tiny\n")
+    mine = json.loads(_ok(run("info", "--arch", "sfsf", "--space", "my-exp/search_spaces/mine.yaml", "--json")))
     assert mine["space"] == "mine" and mine["params"]["layer_counts"] == {"sa": 2, "ff": 2}
 
     # NNI accepts the copied nnictl configs: their relative paths now point into my-exp

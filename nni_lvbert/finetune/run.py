@@ -86,6 +86,19 @@ class RunOptions(TrainOptions):
     """What `training.fit` reads for one task × seed run (every value given, no presets)."""
 
 
+def check_model_weights(path: Path) -> None:
+    """Every safetensors file of a model directory holds the bytes its header announces (safeio's check), so a
+    damaged or truncated weights file is one line here instead of safetensors' traceback inside from_pretrained."""
+    from ..safeio import check_safetensors
+
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise UserError(f"--model {path}: no weights (*.safetensors) in it; make one with `lvbert export` or "
+                        "`lvbert pretrain`")
+    for f in files:
+        check_safetensors(f, fix="write the model directory again (`lvbert export` / `lvbert pretrain`)")
+
+
 def load_model_dir(path: str):
     """(config, tokenizer) of a model directory, checked against each other; one line when unusable."""
     from transformers import AutoConfig, AutoTokenizer
@@ -96,6 +109,7 @@ def load_model_dir(path: str):
     if not (p / "config.json").is_file():
         raise UserError(f"--model {p}: not a model directory (no config.json); make one with `lvbert export` or "
                         "`lvbert pretrain`")
+    check_model_weights(p)
     try:
         config = AutoConfig.from_pretrained(str(p))
         tok = AutoTokenizer.from_pretrained(str(p))

@@ -1,6 +1,6 @@
 """The nnictl path: search-space JSON, a checked `nnictl create` wrapper, and exporting the best trial.
 
-`nni_lvbert/experiments/search.yml` (shipped with the package; `lvbert init-experiment DIR` copies it out) is an
+`experiments/search.yml` (shipped with the package; `lvbert init-experiment DIR` copies it out) is an
 HPO-style NNI config (NAS-style nnictl configs never start their strategy on NNI 3.0): `searchSpaceFile` (generated
 from the ModelSpace), the Algorithm-1 tuner (`tuner.LVBertEvolutionTuner`, imported by name from the installed
 package) and a trial command (`python -m nni_lvbert.search.trial`) that scores one architecture of the supernet
@@ -26,10 +26,10 @@ from ..errors import UserError
 from ..nni_compat import check_nnictl_filelock, experiment_dir, experiment_id_in, read_trial_db
 from ..resources import BIND_JS_FILE, SEARCH_CONFIG
 
-# the packaged config (nni_lvbert/experiments/search.yml) is the default of `lvbert search nnictl`
+# the packaged config (experiments/search.yml) is the default of `lvbert search nnictl`
 DEFAULT_CONFIG = SEARCH_CONFIG
 
-# BIND_JS_FILE (nni_lvbert/experiments/bind_localhost.js) is loaded by NNI's Node process (NODE_OPTIONS=--require):
+# BIND_JS_FILE (experiments/bind_localhost.js) is loaded by NNI's Node process (NODE_OPTIONS=--require):
 # every server that listens on a bare port listens on $NNI_BIND_HOST (default 127.0.0.1) instead of all interfaces.
 
 
