@@ -7,11 +7,10 @@ never replaced without `--overwrite`; each file is written to a temp file and re
 """
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 from . import resources
+from .atomic import copy_file
 from .errors import UserError
 
 
@@ -37,13 +36,7 @@ def init_experiment(dest: str | Path, overwrite: bool = False) -> list[Path]:
         raise UserError(f"{dest} already has {named}; pass --overwrite to replace them")
     try:
         for src, dst in pairs:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
-            try:
-                shutil.copyfile(src, tmp)
-                os.replace(tmp, dst)
-            finally:
-                tmp.unlink(missing_ok=True)
+            copy_file(src, dst)
     except OSError as exc:
         raise UserError(f"cannot write into {dest}: {exc.strerror or exc}") from None
     return [dst for _, dst in pairs]

@@ -10,88 +10,21 @@ Common files (each stage adds its own):
     checkpoints/last.ckpt  Lightning checkpoint for --resume (training stages)
     logs/                  CSV + TensorBoard logs (training stages)
 
-Every file is written to a temp file and renamed (a kill never leaves half a file), with the permissions of a
-normally created file (umask), and a directory is refused when non-empty unless the run is resumed or overwritten.
+Every file is written through `atomic` (a kill never leaves half a file), and a directory is refused when non-empty unless the run is resumed or overwritten.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
+from .atomic import atomic_path, write_json, write_text
 from .errors import UserError
+from .safeio import read_json
 
 OPTIONS = "options.json"
 META = "meta.json"
 CHECKPOINT = "checkpoints/last.ckpt"
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temp file + rename; the file gets the umask's permissions (not mkstemp's 0600)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def pyplot():
-    """matplotlib.pyplot on the Agg backend (figures are files; no display needed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save_figure(fig, path: Path, **savefig_kwargs) -> None:
-    """Write a matplotlib figure to `path` through a temp file + rename (umask permissions), then close it."""
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix or ".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, **savefig_kwargs)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
-
-
-def write_json_atomic(path: Path, data) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
-
-
-def read_json(path: Path, what: str | None = None) -> dict:
-    """A JSON object from `path`, or one clear line when it is missing or damaged."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{what or 'file'} not found: {path}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path} is damaged ({type(exc).__name__}); the run directory cannot be used") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path} is damaged (not a JSON object)")
-    return data
 
 
 def check_output_dir(out: Path, resume: bool, overwrite: bool, resume_marker: str, what: str = "run directory") -> bool:
@@ -164,10 +97,10 @@ class RunDir:
 
     # --- JSON / text --------------------------------------------------------------------------------------------
     def write_json(self, name: str, data) -> None:
-        write_json_atomic(self.path / name, data)
+        write_json(self.path / name, data)
 
     def write_text(self, name: str, text: str) -> None:
-        write_text_atomic(self.path / name, text)
+        write_text(self.path / name, text)
 
     def read_json(self, name: str) -> dict:
         return read_json(self.path / name, f"{self.kind} {name}")
@@ -226,10 +159,8 @@ class RunDir:
     def save_weights(self, model, name: str) -> None:
         from safetensors.torch import save_model
 
-        tmp = self.path / f".{name}.tmp"
-        save_model(model, str(tmp))  # handles tensors shared across slots (sharing='type')
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, self.path / name)
+        with atomic_path(self.path / name) as tmp:
+            save_model(model, str(tmp))  # handles tensors shared across slots (sharing='type')
 
     def load_weights(self, model, name: str, matches: str) -> None:
         """Load `name` into `model` (safetensors: nothing is unpickled); damaged or mismatching files are one line."""

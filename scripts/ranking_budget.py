@@ -46,7 +46,7 @@ def compare(a: dict, b: dict) -> dict:
 
 
 def plot(result: dict, path: Path) -> None:
-    from nni_lvbert.rundir import pyplot, save_figure
+    from nni_lvbert.atomic import pyplot, save_figure
     from nni_lvbert.study.ranking import _label_points  # labels clear of each other and of the markers
 
     s0, s1 = result["steps"]

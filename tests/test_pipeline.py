@@ -46,7 +46,8 @@ def test_run_with_two_cpu_ranks_then_pretrain_on_two(tmp_path, cache_dir):
     pretrain = json.loads((out / "pretrain" / "meta.json").read_text())
     assert pretrain["world_size"] == 2 and pretrain["steps"] == 3 and pretrain["arch"] == best["compact"]
     assert (out / "pretrain" / "hf-generator" / "config.json").is_file()
-    summary = json.loads(res.stdout[res.stdout.rindex("\n{\n") + 1:])  # NNI and Lightning also log to stdout
+    stdout = "\n" + res.stdout  # NNI may also log to stdout: the summary is the last JSON object
+    summary = json.loads(stdout[stdout.rindex("\n{\n") + 1:])
     assert summary["arch"] == best["compact"] and summary["hf"] == str(out / "pretrain" / "hf")
     assert "already" not in res.stderr  # one run of each stage
 

@@ -231,7 +231,8 @@ def test_run_state_and_figures_are_the_one_policy(tmp_path):
     the umask's permissions and leaves no temp file, also when drawing fails."""
     import pytest
 
-    from nni_lvbert.rundir import RunDir, pyplot, save_figure
+    from nni_lvbert.rundir import RunDir
+    from nni_lvbert.atomic import pyplot, save_figure
 
     run = RunDir(tmp_path / "r")
     assert run.state() == "fresh"

@@ -153,9 +153,9 @@ class FinetuneModule(pl.LightningModule):
         epoch = round(self.trainer.global_step / self.steps_per_epoch, 3)
         self.history.append({"step": self.trainer.global_step, "epoch": epoch, "score": score, "dev": dev})
         if self.history_path is not None and self.trainer.is_global_zero:
-            from ..rundir import write_json_atomic
+            from ..atomic import write_json
 
-            write_json_atomic(self.history_path, {"history": self.history})
+            write_json(self.history_path, {"history": self.history})
 
     def configure_optimizers(self):
         opt, sched = optimizer_and_schedule(self.model, self.hp["lr"], self.hp["total_steps"],
@@ -167,7 +167,7 @@ class FinetuneModule(pl.LightningModule):
         """The validations up to the checkpoint's step (one may have run just after the checkpoint was written)."""
         from pathlib import Path
 
-        from ..rundir import read_json
+        from ..safeio import read_json
 
         if self.history_path is not None and Path(self.history_path).is_file():
             step = checkpoint.get("global_step", 0)

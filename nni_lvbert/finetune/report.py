@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..options import to_dict
-from ..rundir import pyplot, save_figure, write_json_atomic, write_text_atomic
+from ..atomic import pyplot, save_figure, write_json, write_text
 from . import metrics as M
 
 NAMES = {"acc": "acc", "f1": "F1", "mcc": "MCC", "spearman": "Spearman", "pearson": "Pearson", "em": "EM",
@@ -49,7 +49,7 @@ def write_reports(out: Path, opts, results: dict) -> dict:
     glue = M.glue_score({t: r["score_median"] for t, r in results.items()})
     summary = {"model": opts.model, "seeds": list(opts.seeds), "glue_score": glue, "tasks": results,
                "options": to_dict(opts)}
-    write_json_atomic(out / "results.json", summary)
-    write_text_atomic(out / "results.md", markdown(results, glue, list(opts.seeds)))
+    write_json(out / "results.json", summary)
+    write_text(out / "results.md", markdown(results, glue, list(opts.seeds)))
     plot(results, out / "dev_curve.png")
     return summary

@@ -15,7 +15,6 @@ checkpoint with the very batches an uninterrupted run would see.
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -24,7 +23,9 @@ from typing import ClassVar
 
 from ..errors import UserError
 from ..options import adopt, launcher_is_rank_zero, publish, resume_from, to_dict
-from ..rundir import RunDir, check_output_dir, read_json, write_json_atomic
+from ..atomic import write_json
+from ..rundir import RunDir, check_output_dir
+from ..safeio import read_json
 from ..training import TrainOptions, check_compile_backend, fit, no_library_progress_bars, parse_devices
 from . import metrics as M
 from .recipe import DECAY, default_lr
@@ -182,7 +183,7 @@ def finetune(opts: FinetuneOptions) -> dict:
             if out.exists() and opts.overwrite:
                 shutil.rmtree(out)
             out.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(out / OPTIONS, to_dict(opts))
+            write_json(out / OPTIONS, to_dict(opts))
         publish(KIND, opts)
     results = {}
     for k, task in enumerate(tasks):
@@ -219,7 +220,7 @@ def run_options(opts: FinetuneOptions, path: Path, seed: int, task, steps_per_ep
                        compile=opts.compile)
     if launcher_is_rank_zero():  # DDP: rank 0 writes the run directory
         path.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path / "options.json", to_dict(ropts))
+        write_json(path / "options.json", to_dict(ropts))
     return ropts, total, epochs
 
 
@@ -315,16 +316,10 @@ def save_finetuned(model, tok, source: str, out: Path, meta: dict) -> Path:
         from ..hf import save_hf_model
 
         return save_hf_model(model, tokenizer_dir=source, out_dir=out, overwrite=True, provenance=provenance)
-    import tempfile
+    from ..atomic import atomic_directory
 
-    shutil.rmtree(out, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    try:
+    with atomic_directory(out) as tmp:
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
-        write_json_atomic(tmp / "finetune.json", provenance)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_json(tmp / "finetune.json", provenance)
     return out

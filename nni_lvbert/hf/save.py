@@ -12,13 +12,11 @@ nothing half-written; a non-empty directory is refused unless `overwrite`.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
+from ..atomic import atomic_directory
 from ..errors import UserError
-from ..rundir import _umask, check_output_dir
+from ..rundir import check_output_dir
 
 PROVENANCE = "lvbert.json"
 
@@ -51,23 +49,8 @@ def save_hf_model(model_or_state, cfg=None, types=None, tokenizer_dir=None, out_
         model = to_hf_masked_lm(model_or_state, cfg, types)
     tokenizer = _checked_tokenizer(tokenizer_dir, model.config)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    try:
+    with atomic_directory(out) as tmp:  # an existing (empty, or --overwrite) `out` is replaced only once complete
         _write(tmp, model, tokenizer, auto_map(), provenance)
-        for path in tmp.iterdir():  # some writers use mkstemp (0600): give every file the umask's permissions
-            os.chmod(path, 0o666 & ~_umask())
-        os.chmod(tmp, 0o777 & ~_umask())
-        old = None
-        if out.exists():  # empty, or replace=True: moved aside first, removed once the new one is in place
-            old = out.parent / f"{tmp.name}.old"
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

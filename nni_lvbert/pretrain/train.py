@@ -97,7 +97,7 @@ def model_shape(opts: PretrainOptions):
     """The ModelConfig to train: --size's, or --model-config's (a supernet's shape: the study of its ranking trains
     subnets stand-alone at exactly that shape); dropout and sharing from the options either way."""
     from ..config import ModelConfig, load_size
-    from ..rundir import read_json
+    from ..safeio import read_json
 
     overrides = dict(dropout=opts.resolved("dropout"), attention_dropout=opts.resolved("dropout"))
     if opts.sharing is not None:
@@ -206,7 +206,7 @@ def _check_resumed_data(run, data) -> None:
 
 def plot_curves(history: list[dict], objective: str, path) -> None:
     """Validation curves (accuracy-like metrics, 0..1) against steps, written through a temp file."""
-    from ..rundir import pyplot, save_figure
+    from ..atomic import pyplot, save_figure
 
     plt = pyplot()
     names = [("val_gen_mlm_acc", "generator MLM accuracy"), ("val_mlm_acc", "MLM accuracy"),

@@ -209,7 +209,7 @@ def export(args) -> int:
     """`lvbert search export`: the best trial of an nnictl experiment as best_arch.json."""
     from ..arch import parse_arch, to_compact, to_dict
     from ..info import param_counts
-    from ..rundir import write_json_atomic
+    from ..atomic import write_json
     from .cost import CostModel
     from ..supernet.rundir import supernet_dir
 
@@ -247,7 +247,7 @@ def export(args) -> int:
         "experiment": {"id": args.experiment or config.get("id") or exp_dir.name, "trial": best["trial"],
                        "trials_with_metric": len(trials)},
     }
-    write_json_atomic(out, result)
+    write_json(out, result)
     print(json.dumps({"out": str(out), "compact": result["compact"], "score": result["score"],
                       "trial": best["trial"]}))
     return 0

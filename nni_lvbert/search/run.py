@@ -141,9 +141,9 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     for stale in (BEST, PLOT):  # a resumed or replaced search rewrites them at the end
         (out / stale).unlink(missing_ok=True)
     from ..options import to_dict as options_dict
-    from ..rundir import write_json_atomic
+    from ..atomic import write_json
 
-    write_json_atomic(out / SETTINGS, {"settings": settings, "strategies": opts.strategies,
+    write_json(out / SETTINGS, {"settings": settings, "strategies": opts.strategies,
                                        "options": options_dict(opts)})
     history = History(out / HISTORY)
     scorer.remember(history.records)  # known scores are never recomputed
@@ -174,9 +174,9 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     best = summary[best_name]
     result = _best_arch(best, best_name, opts, scorer, cost, summary)
     _plot(history.records, opts.strategies, out / PLOT, opts.evolution)
-    write_json_atomic(out / SETTINGS, {"settings": settings, "strategies": opts.strategies,
+    write_json(out / SETTINGS, {"settings": settings, "strategies": opts.strategies,
                                        "options": options_dict(opts), "summary": summary, "scorer": scorer.stats()})
-    write_json_atomic(out / BEST, result)
+    write_json(out / BEST, result)
     return result
 
 
@@ -265,7 +265,7 @@ def top_curve(records: list[dict], iterations: int, k: int = 10) -> list[list[fl
 def _plot(records: list[dict], strategies: list[str], path: Path, cfg: EvolutionConfig) -> None:
     from matplotlib.ticker import MaxNLocator
 
-    from ..rundir import pyplot, save_figure
+    from ..atomic import pyplot, save_figure
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)

@@ -23,7 +23,9 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..options import resume_from, to_dict
-from ..rundir import META, RunDir, check_output_dir, read_json, write_json_atomic
+from ..rundir import META, RunDir, check_output_dir
+from ..atomic import write_json
+from ..safeio import read_json
 
 OPTIONS = "options.json"
 ALL_TOKENS = 10**9  # --val-tokens default: the whole validation split
@@ -134,7 +136,7 @@ def start(opts: StudyOptions) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     if not (out / OPTIONS).is_file():  # the budget written out: a resumed study keeps it under later presets
         budget = opts.budget().__dict__ if opts.TRAINS_MODELS else {}
-        write_json_atomic(out / OPTIONS, to_dict(dataclasses.replace(opts, **budget)))
+        write_json(out / OPTIONS, to_dict(dataclasses.replace(opts, **budget)))
     return out
 
 
@@ -249,7 +251,7 @@ def _train(spec: Standalone, path: Path, store: Path, progress: bool, resume: bo
     from ..pretrain.train import PretrainOptions, train_pretrain
 
     config = store / f".{spec.dirname()}.model_config.json"
-    write_json_atomic(config, spec.model_config)
+    write_json(config, spec.model_config)
     b = spec.budget
     opts = PretrainOptions(
         run_dir=str(path), arch=spec.arch, size=spec.size, model_config=str(config), objective=spec.objective,
@@ -353,12 +355,12 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
 
 
 def save_figure(fig, path: Path) -> None:
-    from ..rundir import save_figure as save
+    from ..atomic import save_figure as save
 
     save(fig, path, dpi=110, bbox_inches="tight")
 
 
 def pyplot():
-    from ..rundir import pyplot as agg
+    from ..atomic import pyplot as agg
 
     return agg()

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
-from ..rundir import read_json, write_json_atomic, write_text_atomic
+from ..atomic import write_json, write_text
+from ..safeio import read_json
 from .common import (Standalone, StudyOptions, begin, log, markdown_table, one_process_each, pyplot, save_figure,
                      shown_path, shown_stats, standalone_accuracy, start, train_all, validation_batches)
 
@@ -138,7 +139,7 @@ def run_downstream(opts: DownstreamOptions) -> dict:
               "pretrain_seeds": pretrain_seeds, "ft_seeds": ft_seeds, "ft_max_steps": ft_cap, "rows": rows,
               "comparisons": compare(rows)}
     _report(result, out)
-    write_json_atomic(out / RESULT, result)
+    write_json(out / RESULT, result)
     return result
 
 
@@ -211,7 +212,7 @@ def _report(result: dict, out: Path) -> None:
           f"{result['validation']['masked_tokens']} masked validation tokens; fine-tuning seeds {result['ft_seeds']}"
           f"{' of every pre-trained model (medians and ranges over all of these runs)' if several else ''}.\n",
           markdown_table(header, body)]
-    write_text_atomic(out / "downstream.md", "\n".join(md))
+    write_text(out / "downstream.md", "\n".join(md))
     plt = pyplot()
     n = 1 + len(tasks)
     fig, axes = plt.subplots(1, n, figsize=(3.6 * n, 3.6), squeeze=False)

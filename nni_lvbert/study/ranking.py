@@ -15,7 +15,8 @@ from pathlib import Path
 
 from ..arch import NAMED_ARCHS, Arch
 from ..errors import UserError
-from ..rundir import read_json, write_json_atomic, write_text_atomic
+from ..atomic import write_json, write_text
+from ..safeio import read_json
 from .common import (Standalone, StudyOptions, begin, log, markdown_table, pyplot, rank_correlations, save_figure,
                      shown_path, shown_stats, standalone_accuracy, start, train_all)
 
@@ -91,7 +92,7 @@ def run_ranking(opts: RankingOptions) -> dict:
         archs = sorted(archs | set(from_search))
         log(f"scoring a pool of {len(archs)} architectures with inherited weights")
         pool = [(a, scorer.score(a)) for a in _progress(archs, opts.progress, "inherited")]
-        write_json_atomic(out / POOL, {"pool": [{"arch": a.compact, "score": s} for a, s in pool],
+        write_json(out / POOL, {"pool": [{"arch": a.compact, "score": s} for a, s in pool],
                                        "random": pool_size, "from_search": len(from_search),
                                        "validation": shown_stats(scorer.val_stats)})
 
@@ -132,7 +133,7 @@ def run_ranking(opts: RankingOptions) -> dict:
               "validation": shown_stats(scorer.val_stats),
               "pool": len(pool), "rows": rows, **stats}
     _report(result, out)
-    write_json_atomic(out / RESULT, result)
+    write_json(out / RESULT, result)
     return result
 
 
@@ -164,7 +165,7 @@ def _report(result: dict, out: Path) -> None:
           + (f" — {result['undefined']}" if result.get("undefined") else "") + "\n",
           markdown_table(["arch", "role", "inherited", "stand-alone"],
                          [[f"`{r['arch']}`", r["role"], r["inherited"], r["standalone"]] for r in rows])]
-    write_text_atomic(out / "ranking.md", "\n".join(md))
+    write_text(out / "ranking.md", "\n".join(md))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     for role, marker in (("spread", "o"), ("searched", "*")):

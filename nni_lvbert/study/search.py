@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
-from ..rundir import read_json, write_json_atomic, write_text_atomic
+from ..atomic import write_json, write_text
+from ..safeio import read_json
 from .common import (StudyOptions, begin, log, markdown_table, one_process_each, pyplot, save_figure, shown_path,
                      start)
 
@@ -88,7 +89,7 @@ def run_search_study(opts: SearchStudyOptions) -> dict:
     result.update(study="search", supernet=shown_path(opts.supernet), val_tokens=val_tokens,
                   masked_tokens=scorer.get("val_masked_tokens"), evolution=cfg.to_dict(), budget=cfg.budget)
     _report(result, out)
-    write_json_atomic(out / RESULT, result)
+    write_json(out / RESULT, result)
     return result
 
 
@@ -152,7 +153,7 @@ def _report(result: dict, out: Path) -> None:
           "found the best score (a tie is split between the tied strategies).\n",
           markdown_table(["strategy", "wins", "best (mean ± sd)", "best per seed", "top-10 mean at end",
                           f"{ref} − this"], rows)]
-    write_text_atomic(out / "search_study.md", "\n".join(md))
+    write_text(out / "search_study.md", "\n".join(md))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for i, s in enumerate(strategies):
