@@ -354,7 +354,8 @@ def build_trainer(run_dir: Path, *, max_steps: int, devices, n_devices: int, acc
                 TensorBoardLogger(run_dir / "logs", name="", version="tensorboard")],
         callbacks=[atomic_checkpoint_callback(run_dir, ckpt_every), *([progress_bar()] if progress else []),
                    *([module_summary()] if model_summary else []), *callbacks], enable_checkpointing=False,
-        enable_progress_bar=progress, enable_model_summary=model_summary, log_every_n_steps=10,
+        enable_progress_bar=progress, enable_model_summary=False,  # ours, module_summary(), when model_summary
+        log_every_n_steps=10,
         use_distributed_sampler=False,  # MLMDataModule shards each global batch over ranks itself
     )
     return trainer, precision
