@@ -134,7 +134,7 @@ def finetune_pair(source, n_layers, tok, task, dropout, seed, args, root: Path) 
 
     opts = FinetuneOptions(model=args.model or "", tasks=[task.name], seeds=[seed], epochs=args.epochs,
                            max_length=args.max_length, batch_size=args.batch_size, lr=args.lr, progress=False,
-                           run_dir=str(root))
+                           out=str(root))
     out = {}
     for name, model in zip(("ours", "transformers"), twins(source, n_layers, dropout, seed)):
         path = root / f"{name}-d{dropout}-s{seed}"

@@ -90,14 +90,13 @@ def add_resume_args(p, resume_help: str) -> None:
     r.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
 
 
-def options_from_args(cls, args, renames: dict[str, str] | None = None, **extra):
-    """`cls` (an options dataclass) from parsed args: every field with a same-named (or renamed) argument, plus
-    `given` = the fields typed on the command line (what a resumed run checks against its stored options)."""
-    renames = {"out": "run_dir", **(renames or {})}
+def options_from_args(cls, args, **extra):
+    """`cls` (an options dataclass) from parsed args: every field with a same-named argument, plus `given` = the
+    fields typed on the command line (what a resumed run checks against its stored options)."""
     fields = {f.name for f in dataclasses.fields(cls)}
     values, given = {}, []
     for dest, value in vars(args).items():
-        name = renames.get(dest, dest)
+        name = dest
         if name in fields and name != "given":
             values[name] = value
             if dest in getattr(args, "given", ()):

@@ -4,7 +4,7 @@
   caller that builds an options dataclass by hand gives whatever differs from the field defaults.
 - **Resume.** A resumed run takes every option from the run directory; an option given again with another value
   is one `error:` line naming both values, unless the option is one that may change between sessions
-  (`MAY_CHANGE`: devices, progress, ...).
+  (`MAY_CHANGE`: devices, progress, ...). `RunDir.begin` is where every command does this.
 - **DDP ranks.** Lightning's DDP launcher re-runs the command line for ranks > 0. Rank 0 publishes the options it
   settled on in the environment its children inherit (`publish`), and every other rank adopts them (`adopt`)
   instead of re-checking (or, worse, re-creating) the run directory rank 0 has just made.
@@ -20,6 +20,18 @@ from typing import Any
 from .errors import UserError
 
 RANK0_ENV = "LVBERT_RANK0_OPTIONS"
+
+# Options that may differ between the sessions of one run: how it is computed and shown, not what it computes
+# (hardware, display, caches, where the output directory is). Any other option given again on --resume must equal
+# the stored one. One set for every command: an option name means the same thing in each.
+MAY_CHANGE = frozenset({
+    "out", "resume", "overwrite", "progress", "model_summary",  # the run directory and the console
+    "accelerator", "devices", "num_nodes", "ddp_strategy", "precision", "num_workers", "compile",  # Lightning
+    "device", "threads", "cache_dir", "cache_mb", "prefix_cache", "record_paths",  # scoring and data caches
+})
+# The flags whose spelling is not "--" + the field name with dashes (error messages name the flag a user typed).
+FLAGS = {"progress": "--no-progress", "prefix_cache": "--no-prefix-cache", "strategies": "--search",
+         "tasks": "--task"}
 
 
 def launcher_is_rank_zero() -> bool:
@@ -58,8 +70,8 @@ def given_dests(parser: argparse.ArgumentParser, args, argv: list[str]) -> set[s
 
 
 # --- options dataclasses ----------------------------------------------------------------------------------------
-def flag(name: str, flags: dict | None = None) -> str:
-    return (flags or {}).get(name) or "--" + name.replace("_", "-")
+def flag(name: str) -> str:
+    return FLAGS.get(name) or "--" + name.replace("_", "-")
 
 
 def to_dict(opts) -> dict:
@@ -104,12 +116,11 @@ def _value(opts, name: str) -> Any:
     return getattr(opts, name)
 
 
-def resume_from(opts, stored: dict | None, where, *, may_change=(), flags: dict | None = None,
-                always_current=("resume", "overwrite")):
+def resume_from(opts, stored: dict | None, where, *, always_current=("resume", "overwrite")):
     """`opts` for resuming the run in `where`: the stored options, with given options checked against them.
 
     A given option that contradicts the stored value is one `error:` line naming both values; options in
-    `may_change` take the given value; `always_current` (resume/overwrite) always come from `opts`."""
+    `MAY_CHANGE` take the given value; `always_current` (resume/overwrite) always come from `opts`."""
     if stored is None:
         raise UserError(f"cannot resume {where}: it holds no stored options (made by an older nni-lvbert?); "
                         "start it again with --overwrite")
@@ -121,17 +132,17 @@ def resume_from(opts, stored: dict | None, where, *, may_change=(), flags: dict 
         for field in sorted(given_fields_of_nested(opts, name)):
             a, b = getattr(mine, field), getattr(theirs, field)
             if a != b:
-                raise UserError(f"{flag(field, flags)} {_show(a)} contradicts {where} ({field} {_show(b)}); "
+                raise UserError(f"{flag(field)} {_show(a)} contradicts {where} ({field} {_show(b)}); "
                                 "drop the option to resume, or start again with --overwrite")
     updates = {}
     for name in sorted(given - set(always_current) - nested):
         if not hasattr(saved, name):
             continue
         merged = dataclasses.replace(saved, **{name: getattr(opts, name)})
-        if name in may_change or _value(merged, name) == _value(saved, name):
+        if name in MAY_CHANGE or _value(merged, name) == _value(saved, name):
             updates[name] = getattr(opts, name)
             continue
-        raise UserError(f"{flag(name, flags)} {_show(getattr(opts, name))} contradicts {where} "
+        raise UserError(f"{flag(name)} {_show(getattr(opts, name))} contradicts {where} "
                         f"({name} {_show(_value(saved, name))}); drop the option to resume, or start again with "
                         "--overwrite")
     updates.update({k: getattr(opts, k) for k in always_current if hasattr(opts, k)})

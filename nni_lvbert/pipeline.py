@@ -32,8 +32,6 @@ STAGE_ENV = "LVBERT_RUN_STAGE"  # set by rank 0 for the ranks it launches: the s
 
 @dataclass
 class PipelineOptions(DataOptions):
-    MAY_CHANGE = frozenset({"devices", "accelerator", "compile", "progress", "cache_dir", "out"})
-
     out: str = "runs/quickstart"
     space: str = "lvbert"
     size: str = "tiny"
@@ -81,23 +79,22 @@ def run_cli(args) -> int:
 
     from .cliargs import options_from_args
 
-    opts = options_from_args(PipelineOptions, args, renames={"out": "out"}, evolution=evolution_from_args(args))
+    opts = options_from_args(PipelineOptions, args, evolution=evolution_from_args(args))
     opts.given = sorted(args.given)  # Algorithm-1 flags included: checked field by field on --resume
     return run(opts)
 
 
 def run(opts: PipelineOptions) -> int:
-    from .options import resume_from, to_dict
     from .rundir import RunDir
     from .search.run import SearchOptions, run_search
     from .supernet.train import SupernetOptions, train_supernet
 
-    out = RunDir(opts.out, KIND)
+    out = RunDir(opts.out, KIND, "output directory")
     supernet_dir, search_dir = out / "supernet", out / "search"
 
     def supernet_options(resume: bool) -> SupernetOptions:
         return SupernetOptions(
-            run_dir=str(supernet_dir), space=opts.space, size=opts.size, **opts.data_options(), seed=opts.seed,
+            out=str(supernet_dir), space=opts.space, size=opts.size, **opts.data_options(), seed=opts.seed,
             max_steps=opts.supernet_steps, devices=opts.devices, accelerator=opts.accelerator, compile=opts.compile,
             resume=resume,
             overwrite=not resume, progress=opts.progress)
@@ -106,27 +103,19 @@ def run(opts: PipelineOptions) -> int:
         if os.environ.get(STAGE_ENV) == "pretrain":
             from .pretrain.train import PretrainOptions, train_pretrain
 
-            train_pretrain(PretrainOptions(run_dir=str(out / "pretrain")))  # rank 0's options (training.begin)
+            train_pretrain(PretrainOptions(out=str(out / "pretrain")))  # rank 0's options (training.begin)
         else:
             train_supernet(supernet_options(False))
         return 0
 
-    if opts.resume and opts.overwrite:
-        raise UserError("--resume and --overwrite exclude each other")
-    if opts.resume:
-        if not out.has("options.json"):
-            raise UserError(f"nothing to resume in {out}: no options.json")
-        opts = resume_from(opts, out.stored_options(), out.path, may_change=PipelineOptions.MAY_CHANGE,
-                           flags={"strategies": "--search", "progress": "--no-progress"})
+    opts = out.begin(opts)
     opts.evolution.validate()
     _check_pretrain(opts)
     if opts.compile:
         from .training import check_compile_backend
 
         check_compile_backend(opts.compile)
-    out.prepare(resume=opts.resume, overwrite=opts.overwrite, resume_marker="options.json",
-                what="output directory")
-    out.save_options(to_dict(opts))
+    out.open(opts)
     start = time.time()
     stages = 3 if opts.pretrain else 2
 
@@ -198,7 +187,7 @@ def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:
             end_ddp_session()  # the supernet's ranks have exited: Lightning launches new ones, told to pre-train
             os.environ[STAGE_ENV] = "pretrain"
         train_pretrain(PretrainOptions(
-            run_dir=str(pretrain_dir), arch=None if resume else arch, size=opts.size, objective=opts.pretrain,
+            out=str(pretrain_dir), arch=None if resume else arch, size=opts.size, objective=opts.pretrain,
             **opts.data_options(), seed=opts.seed, max_steps=opts.pretrain_steps, devices=opts.devices,
             accelerator=opts.accelerator, compile=opts.compile, resume=resume, overwrite=not resume,
             progress=opts.progress))

@@ -46,11 +46,20 @@ def check_output_dir(out: Path, resume: bool, overwrite: bool, resume_marker: st
 
 
 class RunDir:
-    """A stage's output directory: the paths, the output-directory policy, stored options, atomic writes."""
+    """A run's output directory: its lifecycle (`begin`, `open`), paths, stored options and atomic writes.
 
-    def __init__(self, path, kind: str = "run"):
+    Every command that writes a directory (supernet, IOT, search, pretrain, finetune/glue, studies, run) goes
+
+        opts = RunDir(opts.out, kind).begin(opts)   # first: the directory checked, --resume's stored options
+        ...                                         # check every input, build what the run needs
+        run = RunDir(opts.out, kind).open(opts)     # then: emptied on --overwrite, created, options stored
+
+    so the --resume/--overwrite rules live here and nowhere else."""
+
+    def __init__(self, path, kind: str = "run", what: str | None = None):
         self.path = Path(path)
         self.kind = kind
+        self.what = what or f"{kind} directory"  # how error lines name it
 
     def __truediv__(self, name: str) -> Path:
         return self.path / name
@@ -78,11 +87,38 @@ class RunDir:
             return "done"
         return "resume" if self.has(resume_marker) else "fresh"
 
-    # --- output policy -----------------------------------------------------------------------------------------
-    def prepare(self, *, resume: bool, overwrite: bool, resume_marker: str = CHECKPOINT,
-                what: str | None = None) -> None:
+    # --- lifecycle ---------------------------------------------------------------------------------------------
+    def begin(self, opts, *, marker: str = OPTIONS, stored: dict | None = None):
+        """The options a run goes on with; call first, before anything is built from them.
+
+        On a DDP rank > 0 (Lightning's launcher re-runs the command): rank 0's options (`options.adopt`). On rank 0:
+        the directory checked against --resume/--overwrite (`check_output_dir`; a resumable run has `marker`) and,
+        with --resume, the options stored in it (`stored`, else options.json) with the given ones checked against
+        them (`options.resume_from`)."""
+        from .options import adopt, launcher_is_rank_zero, resume_from
+
+        if not launcher_is_rank_zero():
+            return adopt(self.kind, opts)
+        check_output_dir(self.path, opts.resume, opts.overwrite, marker, self.what)
+        if not opts.resume:
+            return opts
+        return resume_from(opts, stored if stored is not None else self.stored_options(), self.path)
+
+    def open(self, opts, stored: dict | None = None, *, marker: str = OPTIONS) -> RunDir:
+        """Once every input is checked, on rank 0: the directory emptied on --overwrite and created, the options
+        stored (`stored`, else `opts`) as options.json, and published to the ranks Lightning's DDP launcher starts
+        (`options.publish`). Other ranks only get the RunDir."""
+        from .options import publish, to_dict
+
+        if self.is_rank_zero:
+            self.prepare(resume=opts.resume, overwrite=opts.overwrite, resume_marker=marker)
+            self.save_options(stored if stored is not None else to_dict(opts))
+            publish(self.kind, opts)
+        return self
+
+    def prepare(self, *, resume: bool, overwrite: bool, resume_marker: str = CHECKPOINT) -> None:
         """Check the directory (see check_output_dir), empty it on --overwrite, create it."""
-        if check_output_dir(self.path, resume, overwrite, resume_marker, what or f"{self.kind} directory"):
+        if check_output_dir(self.path, resume, overwrite, resume_marker, self.what):
             shutil.rmtree(self.path)
         self.path.mkdir(parents=True, exist_ok=True)
 

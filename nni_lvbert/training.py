@@ -21,10 +21,10 @@ from typing import ClassVar
 # NNI 3.0 workarounds (trial reporting, running a NasExperiment), re-exported for the training commands
 from .nni_compat import TrialReporter, in_nni_trial, quiet_nni_logging, run_nas_experiment  # noqa: F401
 from .nni_compat import DropMessage
-from .options import adopt, launcher_is_rank_zero, publish, resume_from, to_dict  # noqa: F401  (re-exported)
+from .options import MAY_CHANGE, launcher_is_rank_zero, to_dict  # noqa: F401  (re-exported)
 from .data.split import DEFAULT_VAL_FRACTION as VAL_FRACTION  # default held-out share of documents
 from .errors import UserError
-from .rundir import CHECKPOINT, META, RunDir, check_output_dir
+from .rundir import CHECKPOINT, META, RunDir
 
 DATA_SEED = 0  # default seed of the fixed validation masking: every run over one corpus scores the same tokens
 
@@ -52,14 +52,7 @@ class TrainOptions(DataOptions):
     The CLI flags take their defaults from here (`add_training_args`)."""
 
     PRESETS: ClassVar[dict[str, dict]] = {}  # "tiny" and "paper": defaults of the None-able fields below
-    # options that may differ between the sessions of one run (hardware, display); any other option given on
-    # --resume must equal the stored one
-    MAY_CHANGE: ClassVar[frozenset] = frozenset({"devices", "num_nodes", "accelerator", "ddp_strategy", "precision",
-                                                 "num_workers", "progress", "cache_dir", "record_paths", "run_dir",
-                                                 "model_summary", "compile"})
-    FLAGS: ClassVar[dict[str, str]] = {"progress": "--no-progress", "run_dir": "--out"}
-
-    run_dir: str = "runs/run"
+    out: str = "runs/run"
     size: str | None = None
     seed: int = 0
     lr: float | None = None
@@ -89,7 +82,7 @@ class TrainOptions(DataOptions):
 
     def stored_presets(self) -> list[str]:
         """The options a new run writes out from the size's preset when not given (`with_presets`)."""
-        return [k for k in self.preset() if k not in self.MAY_CHANGE]
+        return [k for k in self.preset() if k not in MAY_CHANGE]
 
     def resolved(self, key: str):
         value = getattr(self, key)
@@ -97,21 +90,13 @@ class TrainOptions(DataOptions):
 
 
 def begin(opts: TrainOptions, kind: str) -> TrainOptions:
-    """The options a training command runs with: with --resume, the run directory's (given options checked
-    against them); on DDP ranks > 0, rank 0's. Call first, before anything is built from the options."""
+    """The options a training command runs with (`RunDir.begin`: with --resume, the run directory's, given options
+    checked against them; on DDP ranks > 0, rank 0's). Call first, before anything is built from the options."""
     if opts.compile:
         check_compile_backend(opts.compile)
     if not opts.progress:
         no_library_progress_bars()
-    if not launcher_is_rank_zero():
-        return adopt(kind, opts)
-    if opts.resume and opts.overwrite:
-        raise UserError("--resume and --overwrite exclude each other")
-    if not opts.resume:
-        return opts
-    run = RunDir(opts.run_dir, kind)
-    check_output_dir(run.path, True, False, CHECKPOINT)
-    return resume_from(opts, run.stored_options(), run.path, may_change=opts.MAY_CHANGE, flags=opts.FLAGS)
+    return RunDir(opts.out, kind).begin(opts, marker=CHECKPOINT)
 
 
 def with_presets(opts: TrainOptions) -> TrainOptions:
@@ -132,14 +117,9 @@ def no_library_progress_bars() -> None:
 
 
 def open_run(opts: TrainOptions, kind: str) -> RunDir:
-    """Rank 0, once every option is checked: check/empty/create the run directory, store options.json and publish
-    the options to the ranks Lightning's DDP launcher will start. Other ranks only get the RunDir."""
-    run = RunDir(opts.run_dir, kind)
-    if launcher_is_rank_zero():
-        run.prepare(resume=opts.resume, overwrite=opts.overwrite)
-        run.save_options(to_dict(opts if opts.resume else with_presets(opts)))
-        publish(kind, opts)
-    return run
+    """Rank 0, once every option is checked: `RunDir.open` (check/empty/create the directory, store options.json with
+    the presets written out for a new run, publish the options to the DDP ranks). Other ranks only get the RunDir."""
+    return RunDir(opts.out, kind).open(opts, to_dict(opts if opts.resume else with_presets(opts)), marker=CHECKPOINT)
 
 
 def end_ddp_session() -> None:

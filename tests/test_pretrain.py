@@ -162,7 +162,7 @@ def test_a_run_keeps_the_preset_values_it_started_with(electra_run, monkeypatch)
     assert stored["precision"] is None  # hardware options stay open: the next session's machine decides
     tiny = PretrainOptions.PRESETS["tiny-electra"]
     monkeypatch.setitem(PretrainOptions.PRESETS, "tiny-electra", {**tiny, "generator_fraction": 0.5})
-    resumed = begin(PretrainOptions(run_dir=str(electra_run), resume=True), KIND)
+    resumed = begin(PretrainOptions(out=str(electra_run), resume=True), KIND)
     assert resumed.resolved("generator_fraction") == 0.25  # a later version's preset does not reach an old run
 
 

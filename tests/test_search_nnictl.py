@@ -56,7 +56,7 @@ def test_checkout_experiment_config_resolves_as_written():
     command = shlex.split(config.trial_command)
     default = command[command.index("--supernet") + 1]
     assert default == "${LVBERT_SUPERNET:-../runs/supernet}"
-    assert (folder / "../runs/supernet").resolve() == (REPO / SupernetOptions().run_dir).resolve()
+    assert (folder / "../runs/supernet").resolve() == (REPO / SupernetOptions().out).resolve()
 
 
 def test_nnictl_port_in_use_is_one_line(tiny, capsys):

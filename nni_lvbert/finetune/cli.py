@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from ..cliargs import add_compile_arg, add_out_arg, add_resume_args
+from ..cliargs import DeprecatedAlias, add_compile_arg, add_out_arg, add_resume_args
 
 
 def _common(p, default_out: str) -> None:
@@ -49,10 +49,10 @@ def _common(p, default_out: str) -> None:
 def register(sub) -> None:
     if "finetune" not in sub.choices:
         p = sub.add_parser("finetune", help="fine-tune a model directory on one task and evaluate it")
-        p.add_argument("--task", default=None, help="cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli (GLUE "
-                                                     "files), squad, squad_v2 (SQuAD JSON, or the hub without "
-                                                     "--data), glue:NAME (hub), sotu-era (embedded), or your name "
-                                                     "with --text-column/--label-column")
+        p.add_argument("--task", dest="tasks", nargs="+", default=None, metavar="TASK",
+                       help="cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli (GLUE files), squad, squad_v2 "
+                            "(SQuAD JSON, or the hub without --data), glue:NAME (hub), sotu-era (embedded), or your "
+                            "name with --text-column/--label-column; several: one after the other")
         p.add_argument("--data", default=None, metavar="PATH",
                        help="GLUE folder, or a folder with train.*/dev.* (csv, tsv, jsonl, parquet), or a train file; "
                             "SQuAD: train-v1.1.json (dev-v1.1.json beside it) or their folder (v2.0 likewise)")
@@ -73,7 +73,9 @@ def register(sub) -> None:
     if "glue" not in sub.choices:
         g = sub.add_parser("glue", help="fine-tune and evaluate on every GLUE task found in a folder")
         g.add_argument("--data", default=None, metavar="GLUE_DIR", help="folder with CoLA/ SST-2/ MRPC/ ...")
-        g.add_argument("--tasks", nargs="+", default=None, help="only these tasks (default: every one found)")
+        g.add_argument("--task", "--tasks", dest="tasks", nargs="+", default=None, metavar="TASK",
+                       action=DeprecatedAlias, old="--tasks", new="--task",
+                       help="only these tasks (default: every one found)")
         _common(g, "runs/glue")
         g.set_defaults(func=run_glue)
 
@@ -90,7 +92,7 @@ def run_finetune(args) -> int:
     from ..cliargs import options_from_args
     from .run import FinetuneOptions, finetune
 
-    opts = options_from_args(FinetuneOptions, args, {"task": "tasks"}, tasks=[args.task] if args.task else [])
+    opts = options_from_args(FinetuneOptions, args, tasks=args.tasks or [])
     return _print(finetune(opts))
 
 
@@ -104,7 +106,7 @@ def run_glue(args) -> int:
             from ..errors import UserError
 
             raise UserError("lvbert glue needs --data GLUE_DIR")
-        return _print(finetune(options_from_args(FinetuneOptions, args, {"tasks": "tasks"}, tasks=[])))
+        return _print(finetune(options_from_args(FinetuneOptions, args, tasks=[])))
     found = find_glue_tasks(args.data)
     if args.tasks:
         wanted = [glue_name(t) or t for t in args.tasks]
@@ -114,6 +116,6 @@ def run_glue(args) -> int:
 
             raise UserError(f"task(s) {', '.join(missing)} not found in {args.data} (found {', '.join(found)})")
         found = [t for t in found if t in wanted]
-    opts = options_from_args(FinetuneOptions, args, {"tasks": "tasks"}, tasks=found)
+    opts = options_from_args(FinetuneOptions, args, tasks=found)
     return _print(finetune(opts))
 

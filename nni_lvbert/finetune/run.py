@@ -19,13 +19,11 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 from ..errors import UserError
-from ..options import adopt, launcher_is_rank_zero, publish, resume_from, to_dict
+from ..options import launcher_is_rank_zero, to_dict
 from ..atomic import write_json
-from ..rundir import RunDir, check_output_dir
-from ..safeio import read_json
+from ..rundir import RunDir
 from ..training import TrainOptions, check_compile_backend, fit, no_library_progress_bars, parse_devices
 from . import metrics as M
 from .recipe import DECAY, default_lr
@@ -38,10 +36,6 @@ MODEL = "model"  # OUT/<task>/seed<k>/model/ with --save-model
 
 @dataclass
 class FinetuneOptions:
-    MAY_CHANGE: ClassVar[frozenset] = frozenset({"accelerator", "devices", "num_nodes", "ddp_strategy", "precision",
-                                                 "num_workers", "progress", "run_dir", "compile"})
-    FLAGS: ClassVar[dict[str, str]] = {"progress": "--no-progress", "run_dir": "--out", "tasks": "--task"}
-
     model: str = ""
     tasks: list[str] = field(default_factory=list)
     data: str | None = None
@@ -50,7 +44,7 @@ class FinetuneOptions:
     text_pair_column: str | None = None
     label_column: str | None = None
     task_type: str = "classification"
-    run_dir: str = "runs/finetune"
+    out: str = "runs/finetune"
     seeds: list[int] = field(default_factory=lambda: [0])
     lr: float | None = None  # None: 3e-4 (hidden < 768) or 1e-4 (base)
     epochs: float | None = None  # None: the task's (10 RTE/STS-B, 3 otherwise)
@@ -157,34 +151,17 @@ def check(opts: FinetuneOptions):
     return config, tok, tasks
 
 
-def begin(opts: FinetuneOptions) -> FinetuneOptions:
-    out = Path(opts.run_dir)
-    if opts.resume and opts.overwrite:
-        raise UserError("--resume and --overwrite exclude each other")
-    check_output_dir(out, opts.resume, opts.overwrite, OPTIONS, "output directory")
-    if opts.resume:
-        stored = read_json(out / OPTIONS, "fine-tuning options")
-        opts = resume_from(opts, stored, out, may_change=opts.MAY_CHANGE, flags=opts.FLAGS)
-    return opts
-
-
 def finetune(opts: FinetuneOptions) -> dict:
     """Every task x seed run, then the reports. Under DDP (--devices N) Lightning's launcher re-runs the command for
     ranks > 0: they adopt rank 0's options, join each run's training and leave every file to rank 0."""
     rank_zero = launcher_is_rank_zero()
-    opts = begin(opts) if rank_zero else adopt(KIND, opts)
+    opts = RunDir(opts.out, KIND, "output directory").begin(opts)
     if not opts.progress:
         no_library_progress_bars()
     config, tok, tasks = check(opts)
-    out = Path(opts.run_dir)
     if rank_zero:
         parse_devices(opts.devices, opts.batch_size)  # the global batch must split evenly over devices
-        if not opts.resume:
-            if out.exists() and opts.overwrite:
-                shutil.rmtree(out)
-            out.mkdir(parents=True, exist_ok=True)
-            write_json(out / OPTIONS, to_dict(opts))
-        publish(KIND, opts)
+    out = RunDir(opts.out, KIND, "output directory").open(opts).path
     results = {}
     for k, task in enumerate(tasks):
         per_seed = {}
@@ -211,7 +188,7 @@ def run_options(opts: FinetuneOptions, path: Path, seed: int, task, steps_per_ep
     total = max(1, int(round(epochs * steps_per_epoch)))
     if opts.max_steps:
         total = min(total, opts.max_steps)
-    ropts = RunOptions(run_dir=str(path), seed=seed, lr=opts.lr or lr, warmup_steps=0,
+    ropts = RunOptions(out=str(path), seed=seed, lr=opts.lr or lr, warmup_steps=0,
                        max_steps=total, batch_size=opts.batch_size, dropout=0.0, weight_decay=opts.weight_decay,
                        val_every=min(steps_per_epoch, total), val_batches=1.0,
                        ckpt_every=opts.ckpt_every or min(steps_per_epoch, 500), accelerator=opts.accelerator,

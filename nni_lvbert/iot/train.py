@@ -32,7 +32,7 @@ class IOTOptions(TrainOptions):
                      val_every=100, val_batches=10, ckpt_every=50),
     }
 
-    run_dir: str = "runs/iot"
+    out: str = "runs/iot"
     supernet: str | None = None  # start from this trained supernet run directory
     space: str | None = None  # or from scratch on this space (size: the space's; dropout: from scratch only)
     data: str | None = None  # a prepared data directory (default: the supernet's, or prepared from --corpus)
@@ -166,7 +166,7 @@ def _check_resumed_orders(opts: IOTOptions) -> None:
     from .rundir import ORDERS, read_orders
 
     given = given_fields(opts) & set(ORDER_OPTIONS)
-    run = RunDir(opts.run_dir, "IOT")
+    run = RunDir(opts.out, "IOT")
     if not given or not run.has(ORDERS):
         return
     spec = run.spec
@@ -208,7 +208,7 @@ def train_iot(opts: IOTOptions) -> dict:
     opts = begin(opts, "iot")
     space, spec, cfg, smeta = _source(opts)
     if opts.resume:  # the stored options name the same order source; the stored orders are what ran
-        orders, source = rundir.read_orders(rundir.RunDir(opts.run_dir, "IOT"), spec)
+        orders, source = rundir.read_orders(rundir.RunDir(opts.out, "IOT"), spec)
     else:
         orders, source = resolve_orders(spec, opts.orders, opts.orders_from, opts.block, opts.m)
     check_options(opts, len(orders))

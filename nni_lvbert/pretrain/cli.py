@@ -13,7 +13,7 @@ def register(sub) -> None:
     d = PretrainOptions()
     p = sub.add_parser("pretrain", help="pre-train one architecture (MLM or ELECTRA, optional SOP) -> run directory "
                                         "+ Hugging Face model")
-    add_out_arg(p, d.run_dir, "run directory")
+    add_out_arg(p, d.out, "run directory")
     p.add_argument("--arch", default=None, help="best_arch.json, a name (bert, dynamicconv, sandwich, lvbert-small), "
                                                 "letters (ccsf...: c=dc s=sa f=ff g=glu) or digits (0=dc 1=sa 2=ff)")
     p.add_argument("--size", default=None, help="tiny | small | medium | base (default small; tiny: a CPU preset)")

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..errors import UserError
-from ..rundir import CHECKPOINT, check_output_dir
-from ..training import (TrainOptions, begin, check_positive, common_meta, fit, launcher_is_rank_zero, open_run,
+from ..training import (TrainOptions, begin, check_positive, common_meta, fit, open_run,
                         parse_devices, prepare_data)
 
 KIND = "pretrain"
@@ -54,7 +53,7 @@ class PretrainOptions(TrainOptions):
         "tiny-electra": {**_TINY, "lr": 5e-4},
     }
 
-    run_dir: str = "runs/pretrain"
+    out: str = "runs/pretrain"
     arch: str | None = None  # any Arch spelling; stored as compact letters
     model_config: str | None = None  # a model_config.json (e.g. a supernet run's) instead of --size's shape
     objective: str = "electra"
@@ -147,8 +146,6 @@ def train_pretrain(opts: PretrainOptions) -> dict:
     check_positive(max_steps=max_steps, batch_size=batch_size, val_every=opts.resolved("val_every"),
                    val_batches=opts.resolved("val_batches"), ckpt_every=opts.resolved("ckpt_every"))
     _, n_dev = parse_devices(opts.devices, batch_size)
-    if launcher_is_rank_zero():  # refuse a non-empty --out before preparing data (nothing half-written)
-        check_output_dir(opts.run_dir, opts.resume, opts.overwrite, CHECKPOINT, f"{KIND} directory")
 
     data = prepare_data(opts, cfg)
     run = open_run(opts, KIND)

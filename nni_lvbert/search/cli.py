@@ -123,7 +123,7 @@ def run_cmd(args) -> int:
     from ..cliargs import options_from_args
     from .run import SearchOptions, run_search
 
-    opts = options_from_args(SearchOptions, args, renames={"out": "out"}, evolution=evolution_from_args(args))
+    opts = options_from_args(SearchOptions, args, evolution=evolution_from_args(args))
     opts.given = sorted(set(opts.given) | (args.given & {name for name, _ in EVOLUTION_FLAGS}))
     result = run_search(opts)
     print(json.dumps({"best_arch": f"{opts.out}/best_arch.json", "compact": result["compact"],

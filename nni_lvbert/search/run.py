@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..arch import Arch
 from ..errors import UserError
-from ..rundir import RunDir, check_output_dir
+from ..rundir import OPTIONS, RunDir
 from .algorithm import EvolutionConfig
 from .history import HISTORY, History
 BEST = "best_arch.json"
@@ -32,11 +32,6 @@ STRATEGY_NAMES = ("evolution", "regularized-evolution", "random")
 
 @dataclass
 class SearchOptions:
-    # may differ between the sessions of one search (how it is computed, not what): any other option given on
-    # --resume must equal the stored one
-    MAY_CHANGE = frozenset({"device", "threads", "progress", "cache_mb", "prefix_cache", "out"})
-    FLAGS = {"strategies": "--search", "progress": "--no-progress", "prefix_cache": "--no-prefix-cache"}
-
     supernet: str = "runs/supernet"
     strategies: list[str] = field(default_factory=lambda: ["evolution"])
     seed: int = 0
@@ -87,13 +82,9 @@ def settings_of(opts: SearchOptions, scorer) -> dict:
 def run_search(opts: SearchOptions, log=None) -> dict:
     """Run every strategy in `opts.strategies` with the same budget; returns best_arch.json's content."""
     log = log or (lambda msg: print(msg, file=sys.stderr))
-    out = RunDir(opts.out, "search")
-    if opts.resume and not opts.overwrite:
-        from ..options import resume_from
-
-        check_output_dir(out.path, True, False, SETTINGS, what="output directory")
-        opts = resume_from(opts, out.read_json(SETTINGS).get("options"), out.path, may_change=opts.MAY_CHANGE,
-                           flags=opts.FLAGS)
+    run = RunDir(opts.out, "search", "output directory")
+    older = opts.resume and not run.has(OPTIONS) and run.has(SETTINGS)  # a search of an older version: options there
+    opts = run.begin(opts, marker=SETTINGS, stored=run.read_json(SETTINGS).get("options") if older else None)
     opts.evolution.validate()
     unknown = [s for s in opts.strategies if s not in STRATEGY_NAMES]
     if unknown or not opts.strategies:
@@ -104,8 +95,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
         v = getattr(opts, name)
         if v is not None and v < 1:
             raise UserError(f"--{name.replace('_', '-')} must be positive, got {v}")
-    check_output_dir(out.path, opts.resume, opts.overwrite, SETTINGS, what="output directory")
-    out = out.path
+    out = run.path
     supernet = Path(opts.supernet)
     if not supernet.is_dir():
         raise UserError(f"supernet directory not found: {supernet}")
@@ -134,17 +124,11 @@ def run_search(opts: SearchOptions, log=None) -> dict:
         if diff:
             raise UserError(f"cannot resume {out}: the search settings differ ({', '.join(diff)}); "
                             "use the same options or --overwrite")
-    elif out.exists() and opts.overwrite:
-        shutil.rmtree(out)
-    created = not out.exists() or not any(out.iterdir())
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in (BEST, PLOT):  # a resumed or replaced search rewrites them at the end
+    created = opts.overwrite or not out.exists() or not any(out.iterdir())
+    run.open(opts, marker=SETTINGS)
+    for stale in (BEST, PLOT):  # a resumed search rewrites them at the end
         (out / stale).unlink(missing_ok=True)
-    from ..options import to_dict as options_dict
-    from ..atomic import write_json
-
-    write_json(out / SETTINGS, {"settings": settings, "strategies": opts.strategies,
-                                       "options": options_dict(opts)})
+    run.write_json(SETTINGS, {"settings": settings, "strategies": opts.strategies})
     history = History(out / HISTORY)
     scorer.remember(history.records)  # known scores are never recomputed
     budget = opts.evolution.budget
@@ -174,9 +158,9 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     best = summary[best_name]
     result = _best_arch(best, best_name, opts, scorer, cost, summary)
     _plot(history.records, opts.strategies, out / PLOT, opts.evolution)
-    write_json(out / SETTINGS, {"settings": settings, "strategies": opts.strategies,
-                                       "options": options_dict(opts), "summary": summary, "scorer": scorer.stats()})
-    write_json(out / BEST, result)
+    run.write_json(SETTINGS, {"settings": settings, "strategies": opts.strategies, "summary": summary,
+                              "scorer": scorer.stats()})
+    run.write_json(BEST, result)
     return result
 
 

@@ -15,17 +15,15 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import shutil
 import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
-from ..options import resume_from, to_dict
-from ..rundir import META, RunDir, check_output_dir
+from ..options import to_dict
+from ..rundir import META, RunDir
 from ..atomic import write_json
-from ..safeio import read_json
 
 OPTIONS = "options.json"
 ALL_TOKENS = 10**9  # --val-tokens default: the whole validation split
@@ -60,11 +58,9 @@ class Budget:
 class StudyOptions:
     """Options every study has; each study adds its own fields."""
 
-    MAY_CHANGE = frozenset({"progress", "run_dir", "threads"})
-    FLAGS = {"progress": "--no-progress", "run_dir": "--out"}
     TRAINS_MODELS = True  # False: the study trains no stand-alone model (its options.json stores no budget)
 
-    run_dir: str = "runs/study"
+    out: str = "runs/study"
     quick: bool = False
     models: str | None = None  # model store (default OUT/models)
     steps: int | None = None  # stand-alone budget; None = the preset (quick or tiny)
@@ -93,7 +89,7 @@ class StudyOptions:
         return budget
 
     def store(self) -> Path:
-        return Path(self.models) if self.models else Path(self.run_dir) / "models"
+        return Path(self.models) if self.models else Path(self.out) / "models"
 
 
 def shown_path(path) -> str:
@@ -116,13 +112,9 @@ def log(msg: str) -> None:
 
 
 def begin(opts: StudyOptions, what: str) -> StudyOptions:
-    """Check OUT (refuse non-empty without --resume/--overwrite); on --resume take the stored options."""
-    out = Path(opts.run_dir)
-    if check_output_dir(out, opts.resume, opts.overwrite, OPTIONS, f"{what} directory"):
-        shutil.rmtree(out)
-    if opts.resume:
-        opts = resume_from(opts, read_json(out / OPTIONS, f"{what} options"), out, may_change=opts.MAY_CHANGE,
-                           flags=opts.FLAGS)
+    """Check OUT (refuse non-empty without --resume/--overwrite); on --resume take the stored options
+    (`RunDir.begin`)."""
+    opts = RunDir(opts.out, "study", f"{what} directory").begin(opts)
     if opts.threads:
         import torch
 
@@ -131,13 +123,12 @@ def begin(opts: StudyOptions, what: str) -> StudyOptions:
 
 
 def start(opts: StudyOptions) -> Path:
-    """Create OUT and store the options (only after every input was checked)."""
-    out = Path(opts.run_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if not (out / OPTIONS).is_file():  # the budget written out: a resumed study keeps it under later presets
-        budget = opts.budget().__dict__ if opts.TRAINS_MODELS else {}
-        write_json(out / OPTIONS, to_dict(dataclasses.replace(opts, **budget)))
-    return out
+    """Create OUT (emptied on --overwrite) and store the options, once every input is checked (`RunDir.open`)."""
+    run = RunDir(opts.out, "study", "study directory")
+    if opts.resume:  # the stored options (the budget written out) stay as they are
+        return run.path
+    budget = opts.budget().__dict__ if opts.TRAINS_MODELS else {}  # a resumed study keeps it under later presets
+    return run.open(opts, to_dict(dataclasses.replace(opts, **budget))).path
 
 
 # --- stand-alone models ----------------------------------------------------------------------------------------
@@ -254,7 +245,7 @@ def _train(spec: Standalone, path: Path, store: Path, progress: bool, resume: bo
     write_json(config, spec.model_config)
     b = spec.budget
     opts = PretrainOptions(
-        run_dir=str(path), arch=spec.arch, size=spec.size, model_config=str(config), objective=spec.objective,
+        out=str(path), arch=spec.arch, size=spec.size, model_config=str(config), objective=spec.objective,
         data=spec.data, data_seed=spec.data_seed, seed=spec.seed, lr=b.lr, warmup_steps=b.warmup_steps,
         max_steps=b.steps, batch_size=b.batch_size, dropout=b.dropout, val_every=b.steps, val_batches=4,
         ckpt_every=max(1, min(250, b.steps // 4)), progress=progress, resume=resume,

@@ -117,7 +117,7 @@ def run_downstream(opts: DownstreamOptions) -> dict:
             f"seeds {ft_seeds}")
         resume = (d / "options.json").is_file()
         finetune(FinetuneOptions(model=str(runs[key] / "hf"), tasks=list(opts.tasks), data=opts.task_data,
-                                 run_dir=str(d), seeds=list(ft_seeds), max_length=cfg.max_length, max_steps=ft_cap,
+                                 out=str(d), seeds=list(ft_seeds), max_length=cfg.max_length, max_steps=ft_cap,
                                  max_train_examples=64 if opts.quick else None, accelerator="cpu",
                                  progress=opts.progress, resume=resume, overwrite=not resume and d.exists()))
 

@@ -13,7 +13,7 @@ def register(sub) -> None:
     p = sub.add_parser("supernet", help="pre-train the weight-sharing supernet (SPOS, MLM)")
     ssub = p.add_subparsers(dest="supernet_command", metavar="ACTION")
     t = ssub.add_parser("train", help="train a supernet into a run directory")
-    add_out_arg(t, d.run_dir, "run directory")
+    add_out_arg(t, d.out, "run directory")
     t.add_argument("--space", default=d.space, help=f"search-space name or YAML (default {d.space})")
     t.add_argument("--size", default=None, help="tiny | small | medium | base (default: the space's size)")
     add_data_args(t)

@@ -24,7 +24,7 @@ class SupernetOptions(TrainOptions):
                      val_every=250, val_batches=20, ckpt_every=100),
     }
 
-    run_dir: str = "runs/supernet"
+    out: str = "runs/supernet"
     space: str = "lvbert"
     sharing: str | None = None
     record_paths: bool = False  # write ranks/rank<r>.json with every sampled path and a weight digest
