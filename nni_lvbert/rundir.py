@@ -10,7 +10,8 @@ Common files (each stage adds its own):
     checkpoints/last.ckpt  Lightning checkpoint for --resume (training stages)
     logs/                  CSV + TensorBoard logs (training stages)
 
-Every file is written through `atomic` (a kill never leaves half a file), and a directory is refused when non-empty unless the run is resumed or overwritten.
+Every file is written through `atomic` (a kill never leaves half a file), and a directory is refused when
+non-empty unless the run is resumed or overwritten.
 """
 from __future__ import annotations
 

@@ -1,30 +1,33 @@
-"""The one training entry behind every Lightning training command (supernet, IOT, and later pre-training).
+"""The one training driver behind every Lightning training command (supernet, IOT, pre-training; fine-tuning uses
+its `fit`). A command supplies its configuration, model, data module and extra metadata; `Training` does the rest:
 
-    opts = begin(opts, "supernet")     # resume: the run directory's options; ranks > 0: rank 0's options
-    ...                                # build space/model/data from opts
-    run = open_run(opts, "supernet")   # rank 0: check + create the directory, store options.json, publish
-    result = fit(run, opts, module, datamodule, callbacks=..., space=space, strategy=oneshot)
-    run.save_weights(...); run.write_json("meta.json", {**common_meta(run, opts, result, data), ...})
+    t = Training.begin(opts, "supernet", tunable=TUNABLE)   # nnictl tuner parameters; --resume / DDP options
+    cfg = ...                                                # the stage's config from t.opts
+    micro_batch = t.check()                                  # step/batch numbers, the batch over the devices
+    data = t.data(cfg)                                       # prepared data (before anything is written)
+    run = t.open(spec, cfg, data)                            # the run directory, options.json, seed
+    module, dm = ...
+    result = t.fit(module, dm, space=space, strategy=oneshot)   # validation history, nnictl intermediate results
+    if not result.trainer.is_global_zero: return {}
+    run.save_weights(...); t.finish(result, data, {...extra meta}, final=metric)   # meta.json, nnictl final result
 
-Plus the trainer conventions (atomic last.ckpt, CSV+TensorBoard logs, DDP defaults, progress bar, quiet start-up)
-and nnictl trial plumbing.
+The options (`DataOptions`, `TrainOptions` with size presets) and the lifecycle steps behind it (`begin`,
+`open_run`, `fit`, `common_meta`) live here too; the Lightning Trainer and its callbacks are `trainer.py`'s.
 """
 from __future__ import annotations
 
 import os
-import sys
 import time
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import ClassVar
 
-# NNI 3.0 workarounds (trial reporting, running a NasExperiment), re-exported for the training commands
-from .nni_compat import TrialReporter, in_nni_trial, quiet_nni_logging, run_nas_experiment  # noqa: F401
-from .nni_compat import DropMessage
-from .options import MAY_CHANGE, launcher_is_rank_zero, to_dict  # noqa: F401  (re-exported)
 from .data.split import DEFAULT_VAL_FRACTION as VAL_FRACTION  # default held-out share of documents
 from .errors import UserError
+# NNI 3.0 workarounds (trial reporting, running a NasExperiment)
+from .nni_compat import TrialReporter, in_nni_trial, run_nas_experiment
+from .options import MAY_CHANGE, launcher_is_rank_zero, to_dict  # noqa: F401  (launcher_is_rank_zero re-exported)
 from .rundir import CHECKPOINT, META, RunDir
+from .trainer import build_trainer, check_compile_backend, compile_callback, validation_history
 
 DATA_SEED = 0  # default seed of the fixed validation masking: every run over one corpus scores the same tokens
 
@@ -75,6 +78,7 @@ class TrainOptions(DataOptions):
     progress: bool = True
     compile: str | None = None  # a torch.compile backend ("inductor", ...) for every layer block; None = eager
     model_summary: bool = True  # Lightning's table of modules at the start (no flag; a study's many runs skip it)
+    hpo: dict = field(default_factory=dict)  # as an nnictl trial: the tuner's parameters, applied to these options
     given: list[str] | None = field(default=None, compare=False)  # options typed on the command line
 
     def preset(self) -> dict:
@@ -194,54 +198,6 @@ def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), hi
                      previous.get("validation", []) + list(history or []), previous)
 
 
-def adamw(groups: list[dict], **kwargs):
-    """torch's AdamW over parameter `groups`, fused (one kernel for every parameter) when all are on a GPU; torch's
-    default elsewhere. Every training's optimizer (supernet/IOT/pre-training, fine-tuning) is made here."""
-    import torch
-
-    fused = all(p.is_cuda for g in groups for p in g["params"]) or None
-    return torch.optim.AdamW(groups, fused=fused, **kwargs)
-
-
-def check_compile_backend(backend: str) -> None:
-    import torch._dynamo
-
-    known = torch._dynamo.list_backends(exclude_tags=())
-    if backend not in known:
-        raise UserError(f"--compile {backend}: not a torch.compile backend; choose one of {', '.join(known)}")
-
-
-def compile_layers(module, backend: str = "inductor") -> int:
-    """torch.compile every layer block (DC/SA/FF/GLU) of `module` in place (`nn.Module.compile`: parameter names,
-    checkpoints and exports stay as they are). One compiled graph per block fuses its projections' epilogues,
-    dropout, residual and LayerNorm; a supernet's path sampling stays eager between the blocks, so a new path
-    needs no recompilation. Returns the number of blocks compiled."""
-    from .layers import LAYER_CLASSES
-
-    names = {cls.__name__ for cls in LAYER_CLASSES.values()}  # by name: a trust_remote_code copy has its own classes
-    blocks = [m for m in module.modules() if type(m).__name__ in names]
-    for m in blocks:
-        m.compile(backend=backend)
-    return len(blocks)
-
-
-def compile_callback(backend: str):
-    """At fit start, the module Lightning trains compiles itself (`compile_for_training(backend)`, which returns
-    what it compiled: pre-training compiles its whole objective), or else its layer blocks are compiled: for a
-    supernet that module is NNI's one-shot module, whose path-sampling layers hold the very candidate blocks
-    (compiling before NNI builds it could miss blocks it copies)."""
-    import pytorch_lightning as pl
-
-    class Compile(pl.Callback):
-        def on_fit_start(self, trainer, pl_module):
-            own = getattr(pl_module, "compile_for_training", None)
-            what = own(backend) if own else f"{compile_layers(pl_module, backend)} layer blocks compiled"
-            if trainer.is_global_zero:
-                print(f"--compile {backend}: {what}", file=sys.stderr, flush=True)
-
-    return Compile()
-
-
 def common_meta(run: RunDir, opts: TrainOptions, result: FitResult, data) -> dict:
     """The meta.json fields every training run has."""
     return {
@@ -291,139 +247,71 @@ def check_positive(**values) -> None:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {v}")
 
 
-def atomic_checkpoint_callback(run_dir: Path, every: int):
-    import pytorch_lightning as pl
-
-    class AtomicLastCheckpoint(pl.Callback):
-        """checkpoints/last.ckpt every N steps, written to a temp file then renamed: a kill -9 never leaves a
-        truncated checkpoint behind."""
-
-        def _save(self, trainer):
-            final = run_dir / "checkpoints" / "last.ckpt"
-            tmp = final.with_suffix(".ckpt.tmp")
-            trainer.save_checkpoint(tmp, weights_only=False)  # collective: every rank calls, rank 0 writes
-            if trainer.is_global_zero:
-                os.replace(tmp, final)
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            if trainer.global_step % every == 0:
-                self._save(trainer)
-
-        def on_train_end(self, trainer, pl_module):
-            self._save(trainer)
-
-    return AtomicLastCheckpoint()
+SCHEDULE = ("max_steps", "batch_size", "val_every", "val_batches", "ckpt_every")  # resolved numbers that must be >= 1
 
 
-def build_trainer(run_dir: Path, *, max_steps: int, devices, n_devices: int, accelerator: str, strategy: str | None,
-                  precision: str | None, val_every: int, val_batches: int, ckpt_every: int, callbacks: list,
-                  progress: bool, num_nodes: int = 1, model_summary: bool = True):
-    """NNI's traced Lightning Trainer with our conventions; returns (trainer, precision)."""
-    import torch
-    from nni.nas.evaluator.pytorch import Trainer
-    from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
+@dataclass
+class Training:
+    """One training command's run from its options to meta.json (see the module docstring)."""
 
-    quiet_lightning()
-    precision = precision or ("bf16-mixed" if torch.cuda.is_available() else "32-true")
-    trainer = Trainer(
-        max_steps=max_steps, accelerator=accelerator, devices=devices, num_nodes=num_nodes, precision=precision,
-        strategy=strategy or ("ddp_find_unused_parameters_true" if n_devices * num_nodes > 1 else "auto"),
-        val_check_interval=val_every, check_val_every_n_epoch=None, limit_val_batches=val_batches,
-        num_sanity_val_steps=0,
-        logger=[CSVLogger(run_dir / "logs", name="", version=_free_name(run_dir / "logs", "csv")),
-                TensorBoardLogger(run_dir / "logs", name="", version="tensorboard")],
-        callbacks=[atomic_checkpoint_callback(run_dir, ckpt_every), *([progress_bar()] if progress else []),
-                   *([module_summary()] if model_summary else []), *callbacks], enable_checkpointing=False,
-        enable_progress_bar=progress, enable_model_summary=False,  # ours, module_summary(), when model_summary
-        log_every_n_steps=10,
-        use_distributed_sampler=False,  # MLMDataModule shards each global batch over ranks itself
-    )
-    return trainer, precision
+    opts: TrainOptions
+    kind: str
+    reporter: TrialReporter | None = None  # as an nnictl trial: where intermediate and final results go
+    run: RunDir | None = None
+    history: list = field(default_factory=list)  # this session's validation records
 
+    @classmethod
+    def begin(cls, opts: TrainOptions, kind: str, tunable: dict | None = None, before=None) -> Training:
+        """As an nnictl trial, the tuner's parameters (`tunable`: option -> converter) override the options and
+        a reporter is made (before NasExperiment swaps NNI's trial channel); `before(opts)` runs next (rank 0
+        only), then `begin` settles the options (--resume, DDP ranks)."""
+        reporter = None
+        if tunable is not None and in_nni_trial():
+            opts.hpo = apply_tuner_parameters(opts, tunable, kind)
+            reporter = TrialReporter()
+        if before is not None and launcher_is_rank_zero():
+            before(opts)
+        return cls(begin(opts, kind), kind, reporter)
 
-LITLOGGER_TIP = ("💡 Tip: For seamless cloud logging and experiment tracking, try installing "
-                 "[litlogger](https://pypi.org/project/litlogger/) to enable LitLogger, which logs metrics and "
-                 "artifacts automatically to the Lightning Experiments platform.")
-_DROP_LITLOGGER_TIP = DropMessage(LITLOGGER_TIP)
+    def check(self) -> int:
+        """Every resolved step/batch/validation/checkpoint number is >= 1 and the global batch splits evenly over
+        the devices; returns the batch size per device."""
+        o = self.opts
+        check_positive(**{k: o.resolved(k) for k in SCHEDULE})
+        _, n = parse_devices(o.devices, o.resolved("batch_size"))
+        return o.resolved("batch_size") // n
 
+    def schedule(self) -> dict:
+        """The optimisation settings of an `MLMModule` (and its subclasses)."""
+        o = self.opts
+        return dict(lr=o.resolved("lr"), warmup_steps=o.resolved("warmup_steps"), max_steps=o.resolved("max_steps"),
+                    weight_decay=o.weight_decay)
 
-def quiet_lightning() -> None:
-    """Two lines Lightning 2.6 prints at every training start that say nothing about the run: its advertisement for
-    LitLogger (logged when no LitLogger is among the loggers; only that message is dropped), and torch's
-    FutureWarning that `LeafSpec` is deprecated, raised because Lightning's utilities/_pytree.py still builds one
-    (torch 2.13 with Lightning 2.6.6; drop the filter once a Lightning pin no longer does)."""
-    import logging
-    import warnings
+    def data(self, cfg):
+        return prepare_data(self.opts, cfg)
 
-    logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_DROP_LITLOGGER_TIP)  # added once
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                            category=FutureWarning)
+    def open(self, spec, cfg, data) -> RunDir:
+        """The run directory opened (`open_run`), its space/config/tokenizer written (rank 0), and every seed set."""
+        import pytorch_lightning as pl
 
+        self.run = open_run(self.opts, self.kind)
+        if self.run.is_rank_zero:
+            self.run.save_static(spec, cfg, data.tokenizer_dir)
+        pl.seed_everything(self.opts.seed, workers=True, verbose=False)
+        return self.run
 
-def progress_bar():
-    """Lightning's own bar (rich when rich is installed, else tqdm: Lightning's choice) for our step-based runs,
-    without two misleading items: 'v_num', the logger's version (here the fixed 'tensorboard' folder, which the
-    bar cuts to 'oard'), and the rich bar's epoch total: Lightning 2.6 prints max_epochs - 1 after the epoch, i.e.
-    'Epoch 0/-2' when max_steps ends the run (max_epochs=-1; Lightning issue #21925, fixed upstream by PR #21924:
-    drop `_get_train_description` below once a pinned Lightning has that fix)."""
-    import importlib.util
+    def fit(self, module, datamodule, *, record=None, report=None, callbacks=(), space=None,
+            strategy=None) -> FitResult:
+        """`fit` with the validation-history callback (`record`/`report`: see trainer.validation_history)."""
+        history = validation_history(self.history, record, self.reporter, report)
+        return fit(self.run, self.opts, module, datamodule, callbacks=[history, *callbacks], history=self.history,
+                   space=space, strategy=strategy)
 
-    from pytorch_lightning.callbacks import RichProgressBar, TQDMProgressBar
+    def finish(self, result: FitResult, data, extra: dict, final=None) -> dict:
+        """meta.json (the common fields + `extra`), and `final` to nnictl as the trial's final result."""
+        meta = {**common_meta(self.run, self.opts, result, data), **extra}
+        self.run.write_json(META, meta)
+        if self.reporter is not None and final is not None:
+            self.reporter.final(final)
+        return meta
 
-    class NoVersion:
-        def get_metrics(self, trainer, pl_module):
-            items = super().get_metrics(trainer, pl_module)
-            items.pop("v_num", None)
-            return items
-
-    class StepTQDM(NoVersion, TQDMProgressBar):
-        pass
-
-    class StepRich(NoVersion, RichProgressBar):
-        def _get_train_description(self, current_epoch: int) -> str:
-            if (self.trainer.max_epochs or 0) >= 0:
-                return super()._get_train_description(current_epoch)
-            return f"{f'Epoch {current_epoch}':{len(self.validation_description)}}"  # padded as Lightning pads
-
-    return StepRich() if importlib.util.find_spec("rich") else StepTQDM()
-
-
-def module_summary():
-    """Lightning's table of modules without its FLOPs column and "Total Flops" line: Lightning counts FLOPs only by
-    running the module's `example_input_array`, which none of ours has (a supernet's forward depends on the sampled
-    path), so both would say 0. Lightning's plain table otherwise (its own formatter), logged as Lightning logs it."""
-    from pytorch_lightning.callbacks import ModelSummary
-    from pytorch_lightning.utilities.model_summary.model_summary import _format_summary_table
-
-    class NoFlopsSummary(ModelSummary):
-        def summarize(self, summary_data, total_parameters, trainable_parameters, model_size, total_training_modes,
-                      total_flops, **kwargs):
-            columns = [c for c in summary_data if c[0] != "FLOPs" or total_flops]
-            table = _format_summary_table(total_parameters, trainable_parameters, model_size, total_training_modes,
-                                          total_flops, *columns)
-            if not total_flops:
-                table = table.rsplit("\n", 1)[0]  # the "0 Total Flops" line
-            import logging
-
-            logging.getLogger("pytorch_lightning.callbacks.model_summary").info("\n" + table)
-
-    return NoFlopsSummary()
-
-
-def _free_name(parent: Path, base: str) -> str:
-    """csv, then csv-1, csv-2... for resumed sessions: Lightning's CSVLogger would delete an existing metrics.csv."""
-    name, i = base, 0
-    while (parent / name / "metrics.csv").exists():
-        i += 1
-        name = f"{base}-{i}"
-    return name
-
-
-def state_digest(model) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()

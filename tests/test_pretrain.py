@@ -278,6 +278,6 @@ def test_optimizers_are_fused_only_on_gpus():
     module.set_model(model)
     opt = module.configure_optimizers()["optimizer"]
     assert opt.defaults["fused"] is None and all(g.get("fused") is None for g in opt.param_groups)
-    from nni_lvbert.training import adamw  # fine-tuning's optimizer too
+    from nni_lvbert.trainer import adamw  # fine-tuning's optimizer too
 
     assert adamw([{"params": list(model.parameters())}], lr=1e-3).defaults["fused"] is None

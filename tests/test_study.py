@@ -119,7 +119,7 @@ def test_stand_alone_trainings_print_no_model_summary(tmp_path, monkeypatch):
 
     from nni_lvbert.pretrain import train
     from nni_lvbert.study.common import Budget, Standalone, train_standalone
-    from nni_lvbert.training import build_trainer
+    from nni_lvbert.trainer import build_trainer
 
     seen = []
     monkeypatch.setattr(train, "train_pretrain", lambda opts: seen.append(opts.model_summary))

@@ -168,7 +168,7 @@ def test_ddp_two_cpu_ranks_train_same_paths(tmp_path, space_file, cache_dir):
     assert r0["paths"] == r1["paths"] and len(r0["paths"]) == 4
     assert r0["weights_sha256"] == r1["weights_sha256"]
     from nni_lvbert.supernet.rundir import load_supernet
-    from nni_lvbert.training import state_digest
+    from nni_lvbert.trainer import state_digest
 
     space = load_supernet(run).space
     assert state_digest(space) == r0["weights_sha256"]

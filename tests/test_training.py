@@ -1,11 +1,11 @@
-"""The trainer conventions of training.build_trainer that every Lightning command shares."""
+"""The trainer conventions of trainer.build_trainer that every Lightning command shares."""
 from __future__ import annotations
 
 import pytest
 
 
 def _trainer(tmp_path, progress: bool, model_summary: bool = False):
-    from nni_lvbert.training import build_trainer
+    from nni_lvbert.trainer import build_trainer
 
     trainer, _ = build_trainer(tmp_path / "t", max_steps=2, devices=1, n_devices=1, accelerator="cpu",
                                strategy=None, precision=None, val_every=1, val_batches=1, ckpt_every=1,
@@ -76,7 +76,7 @@ def test_lightning_start_up_noise_is_dropped_and_nothing_else(tmp_path, caplog):
     from pytorch_lightning import Trainer
     from torch.utils import _pytree
 
-    from nni_lvbert import training
+    from nni_lvbert import trainer as training
 
     with warnings.catch_warnings(record=True) as before:
         warnings.simplefilter("always")

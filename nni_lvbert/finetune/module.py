@@ -172,3 +172,41 @@ class FinetuneModule(pl.LightningModule):
         if self.history_path is not None and Path(self.history_path).is_file():
             step = checkpoint.get("global_step", 0)
             self.history = [h for h in read_json(self.history_path)["history"] if h["step"] <= step]
+
+
+class SequenceAdapter:
+    """Fine-tuning's task adapter for sequence classification and regression (GLUE and labelled files): what
+    `run.run_one` needs beyond the shared loop -- the data module, the model class and the Lightning module.
+    `qa_module.QAAdapter` is the one for extractive QA."""
+
+    qa = False  # default learning rate: `recipe.default_lr(config, qa=...)`
+
+    def data(self, opts, tok, task, seed: int):
+        """(data module, what the run's meta.json counts, the console's words for it)."""
+        import dataclasses
+
+        train = task.train
+        if opts.max_train_examples:
+            n = opts.max_train_examples
+            train = dataclasses.replace(train, text_a=train.text_a[:n], labels=train.labels[:n],
+                                        text_b=train.text_b[:n] if train.text_b else None)
+        train_rows = encode(tok, train, task, opts.max_length, train=True)
+        dev_rows = {n: encode(tok, s, task, opts.max_length, train=False) for n, s in task.dev.items()}
+        dm = FinetuneData(train_rows, dev_rows, opts.batch_size, seed, tok.pad_token_id, task.kind == "regression",
+                          num_workers=opts.num_workers)
+        return dm, {"train_examples": len(train_rows)}, f"{len(train_rows)} training examples"
+
+    def load_model(self, source: str, task):
+        from transformers import AutoModelForSequenceClassification
+
+        kw = {"num_labels": task.num_labels}
+        if task.kind == "regression":
+            kw["problem_type"] = "regression"
+        else:
+            kw.update(id2label=dict(enumerate(task.label_names)),
+                      label2id={n: i for i, n in enumerate(task.label_names)})
+        return AutoModelForSequenceClassification.from_pretrained(source, ignore_mismatched_sizes=True, **kw)
+
+    def module(self, model, task, dm, **hp):
+        return FinetuneModule(model, task, list(dm.dev_rows), **hp)
+

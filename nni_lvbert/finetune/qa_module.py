@@ -1,10 +1,8 @@
 """The Lightning side of extractive QA (SQuAD): window batches, dev logits gathered per window and turned into
-answers and EM/F1 after every validation, and one task × seed run with `run.run_one`'s conventions (RunDir,
-resume from checkpoints/last.ckpt, history.json, meta.json)."""
+answers and EM/F1 after every validation, and `QAAdapter`, the task adapter `run.run_one` trains it through."""
 from __future__ import annotations
 
 import statistics
-import sys
 
 import numpy as np
 import torch
@@ -71,51 +69,28 @@ class QAModule(FinetuneModule):
         self._remember(statistics.fmean(statistics.fmean((m["em"], m["f1"])) for m in dev.values()), dev)
 
 
-def run_qa(opts, config, tok, task: S.QATaskData, seed: int, run, resume: bool, label: str) -> dict:
-    """One SQuAD task × seed run in `run` (a RunDir that `run.run_one` has checked: unfinished; `resume` when it
-    holds a checkpoint), with run_one's layout."""
-    import pytorch_lightning as pl
-    from transformers import AutoModelForQuestionAnswering
-    from transformers.utils import logging as hf_logging
+class QAAdapter:
+    """Fine-tuning's task adapter for extractive QA (SQuAD v1.1/v2.0): question/context windows, a
+    question-answering model and `QAModule` (see `module.SequenceAdapter`)."""
 
-    from ..options import to_dict
-    from ..training import fit
-    from .recipe import default_lr
-    from .run import run_options
+    qa = True
 
-    path = run.path
-    train = task.train[:opts.max_train_examples] if opts.max_train_examples else task.train
-    win = dict(max_length=opts.max_length, max_query_length=opts.max_query_length, doc_stride=opts.doc_stride)
-    train_rows = S.featurize(tok, train, train=True, **win)
-    dev_features = {n: S.featurize(tok, exs, train=False, **win) for n, exs in task.dev.items()}
-    dm = QAData(train_rows, dev_features, opts.batch_size, seed, tok.pad_token_id, num_workers=opts.num_workers)
-    spe = dm.steps_per_epoch
-    ropts, total, epochs = run_options(opts, path, seed, task, spe, default_lr(config, qa=True), resume)
-    print(f"{label} {len(train)} questions → {len(train_rows)} training windows, {total} steps ({spe}/epoch), "
-          f"lr {ropts.lr:g}" + (" (resumed)" if resume else ""), file=sys.stderr)
+    def data(self, opts, tok, task: S.QATaskData, seed: int):
+        train = task.train[:opts.max_train_examples] if opts.max_train_examples else task.train
+        win = dict(max_length=opts.max_length, max_query_length=opts.max_query_length, doc_stride=opts.doc_stride)
+        train_rows = S.featurize(tok, train, train=True, **win)
+        dev_features = {n: S.featurize(tok, exs, train=False, **win) for n, exs in task.dev.items()}
+        dm = QAData(train_rows, dev_features, opts.batch_size, seed, tok.pad_token_id, num_workers=opts.num_workers)
+        dm.dev_features = dev_features
+        dm.post = dict(n_best=opts.n_best, max_answer_length=opts.max_answer_length,
+                       null_threshold=opts.null_threshold)
+        return (dm, {"train_examples": len(train), "train_windows": len(train_rows)},
+                f"{len(train)} questions → {len(train_rows)} training windows")
 
-    pl.seed_everything(seed, workers=True, verbose=False)
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # "newly initialized qa_outputs" is expected here
-    try:
-        model = AutoModelForQuestionAnswering.from_pretrained(opts.model)
-    finally:
-        hf_logging.set_verbosity(verbosity)
-    post = dict(n_best=opts.n_best, max_answer_length=opts.max_answer_length, null_threshold=opts.null_threshold)
-    module = QAModule(model, task, dev_features, post, lr=ropts.lr, total_steps=total,
-                      warmup_fraction=opts.warmup_fraction, weight_decay=opts.weight_decay,
-                      layer_decay=opts.layer_decay, adam_eps=opts.adam_eps, steps_per_epoch=spe,
-                      history_path=run / "history.json", seed=seed)
-    result = fit(run, ropts, module, dm)
-    history = module.history
-    if not history or history[-1]["step"] != total:
-        result.trainer.validate(module, datamodule=dm, verbose=False)
-        history = module.history
-    final = history[-1]
-    meta = {"task": task.name, "seed": seed, "steps": total, "epochs": epochs, "steps_per_epoch": spe,
-            "train_seconds": result.train_seconds, "train_examples": len(train), "train_windows": len(train_rows),
-            "examples_per_second": total * opts.batch_size / max(result.train_seconds, 1e-9),
-            "score": final["score"], "dev": final["dev"], "history": history, "options": to_dict(ropts)}
-    from .run import finish_run
+    def load_model(self, source: str, task):
+        from transformers import AutoModelForQuestionAnswering
 
-    return finish_run(run, opts, model, tok, meta, label)
+        return AutoModelForQuestionAnswering.from_pretrained(source)
+
+    def module(self, model, task, dm, **hp):
+        return QAModule(model, task, dm.dev_features, dm.post, **hp)

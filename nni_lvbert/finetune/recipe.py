@@ -73,15 +73,9 @@ def param_groups(model, lr: float, weight_decay: float = 0.01, decay: float = DE
 def optimizer_and_schedule(model, lr, total_steps, warmup_fraction=0.1, weight_decay=0.01, decay=DECAY, eps=1e-6):
     import torch
 
-    from ..training import adamw
+    from ..trainer import adamw, linear_warmup_decay
 
     groups = param_groups(model, lr, weight_decay, decay)
     opt = adamw([{k: v for k, v in g.items() if k != "names"} for g in groups], lr=lr, eps=eps, betas=(0.9, 0.999))
     warmup = int(round(warmup_fraction * total_steps))
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / max(1, warmup)
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
-
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, linear_warmup_decay(warmup, total_steps))

@@ -5,8 +5,10 @@
         options.json, checkpoints/last.ckpt (while running), logs/, history.json, meta.json (when finished),
         model/ (--save-model: the fine-tuned model, `from_pretrained` loads it with its head and labels)
     OUT/results.json, results.md      median over seeds and every seed's value, per task (+ GLUE score)
-SQuAD (`--task squad|squad_v2`) runs through qa_module.run_qa with the same layout.
     OUT/dev_curve.png                 dev score per epoch, one line per seed, one panel per task
+
+Each task kind trains through the same loop (`run_one`) with its task adapter: module.SequenceAdapter (GLUE,
+labelled files), qa_module.QAAdapter (SQuAD, `--task squad|squad_v2`).
 
 Everything the input could get wrong (task, files, columns, labels, model, tokenizer, lengths) is checked before
 OUT is created. `--resume` skips finished task×seed runs (meta.json) and continues an interrupted one from its
@@ -14,7 +16,6 @@ checkpoint with the very batches an uninterrupted run would see.
 """
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -206,10 +207,10 @@ def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path:
     """One task x seed run in `path`; `model` (a sequence-classification model to train in place) instead of
     loading `opts.model` (the fine-tuning benchmark trains a transformers BERT twin through this very loop)."""
     import pytorch_lightning as pl
-    from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from .module import FinetuneData, FinetuneModule, encode
+    from .module import SequenceAdapter
+    from .qa_module import QAAdapter
 
     run = RunDir(path, "finetune")
     state = run.state()
@@ -219,40 +220,24 @@ def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path:
     resume = state == "resume"
     if not resume and path.exists() and launcher_is_rank_zero():
         shutil.rmtree(path)  # interrupted before its first checkpoint: start it again
-    if task.kind == "qa":
-        from .qa_module import run_qa
-
-        return run_qa(opts, config, tok, task, seed, run, resume, label)
-    train = task.train
-    if opts.max_train_examples:
-        train = dataclasses.replace(train, text_a=train.text_a[:opts.max_train_examples],
-                                    text_b=train.text_b[:opts.max_train_examples] if train.text_b else None,
-                                    labels=train.labels[:opts.max_train_examples])
-    train_rows = encode(tok, train, task, opts.max_length, train=True)
-    dev_rows = {n: encode(tok, s, task, opts.max_length, train=False) for n, s in task.dev.items()}
-    dm = FinetuneData(train_rows, dev_rows, opts.batch_size, seed, tok.pad_token_id, task.kind == "regression",
-                      num_workers=opts.num_workers)
+    adapter = QAAdapter() if task.kind == "qa" else SequenceAdapter()
+    dm, counts, what = adapter.data(opts, tok, task, seed)
     spe = dm.steps_per_epoch
-    ropts, total, epochs = run_options(opts, path, seed, task, spe, default_lr(config), resume)
-    print(f"{label} {len(train_rows)} training examples, {total} steps ({spe}/epoch), lr {ropts.lr:g}"
-          + (" (resumed)" if resume else ""), file=sys.stderr)
+    ropts, total, epochs = run_options(opts, path, seed, task, spe, default_lr(config, qa=adapter.qa), resume)
+    print(f"{label} {what}, {total} steps ({spe}/epoch), lr {ropts.lr:g}" + (" (resumed)" if resume else ""),
+          file=sys.stderr)
 
     pl.seed_everything(seed, workers=True, verbose=False)
-    kw = {"num_labels": task.num_labels}
-    if task.kind == "regression":
-        kw["problem_type"] = "regression"
-    else:
-        kw.update(id2label=dict(enumerate(task.label_names)),
-                  label2id={n: i for i, n in enumerate(task.label_names)})
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # "newly initialized classifier" is expected here
-    try:
-        if model is None:
-            model = AutoModelForSequenceClassification.from_pretrained(opts.model, ignore_mismatched_sizes=True, **kw)
-    finally:
-        hf_logging.set_verbosity(verbosity)
-    module = FinetuneModule(model, task, list(dev_rows), ropts.lr, total, opts.warmup_fraction, opts.weight_decay,
-                            opts.layer_decay, opts.adam_eps, spe, history_path=run / "history.json", seed=seed)
+    if model is None:
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # "newly initialized classifier / qa_outputs" is expected here
+        try:
+            model = adapter.load_model(opts.model, task)
+        finally:
+            hf_logging.set_verbosity(verbosity)
+    module = adapter.module(model, task, dm, lr=ropts.lr, total_steps=total, warmup_fraction=opts.warmup_fraction,
+                            weight_decay=opts.weight_decay, layer_decay=opts.layer_decay, adam_eps=opts.adam_eps,
+                            steps_per_epoch=spe, history_path=run / "history.json", seed=seed)
     result = fit(run, ropts, module, dm)
     history = module.history
     if not history or history[-1]["step"] != total:  # the last step was not a validation step
@@ -260,7 +245,7 @@ def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path:
         history = module.history
     final = history[-1]
     meta = {"task": task.name, "seed": seed, "steps": total, "epochs": epochs, "steps_per_epoch": spe,
-            "train_seconds": result.train_seconds, "train_examples": len(train_rows),
+            "train_seconds": result.train_seconds, **counts,
             "examples_per_second": total * opts.batch_size / max(result.train_seconds, 1e-9),
             "score": final["score"], "dev": final["dev"], "history": history, "world_size": result.trainer.world_size,
             "options": to_dict(ropts)}

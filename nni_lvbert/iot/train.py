@@ -7,13 +7,12 @@ results when running as an nnictl trial (whose tuner parameters, e.g. tau or c1,
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from ..errors import UserError
-from ..training import (TrainOptions, TrialReporter, apply_tuner_parameters, begin, check_positive, common_meta,
-                        VAL_FRACTION, fit, in_nni_trial, launcher_is_rank_zero, open_run, parse_devices, prepare_data)
+from ..training import VAL_FRACTION, TrainOptions, Training, check_positive, prepare_data
 from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 
 # options an nnictl tuner may set (search-space keys)
@@ -48,7 +47,6 @@ class IOTOptions(TrainOptions):
     c2: float = C2
     clamp: float = CLAMP
     gumbel: bool = True
-    hpo: dict = field(default_factory=dict)  # parameters received from an nnictl tuner
 
     def stored_presets(self) -> list[str]:
         # from a supernet the dropout is the supernet's: --dropout stays unset (and refused, see `_source`)
@@ -128,24 +126,15 @@ def _data(opts: IOTOptions, cfg, smeta: dict | None):
     return data
 
 
-def _callbacks(opts: IOTOptions, run_dir: Path, history: list, reporter: TrialReporter | None):
-    import pytorch_lightning as pl
-
-    class ValidationReport(pl.Callback):
-        def on_validation_end(self, trainer, pl_module):
-            stats = getattr(pl_module, "last_validation", None)
-            if trainer.sanity_checking or not stats:
-                return
-            history.append({"step": trainer.global_step, "val_mlm_acc": stats["routed"]["val_mlm_acc"],
-                            "val_loss": stats["routed"]["val_loss"],
-                            "best_single_acc": stats["best_single"]["val_mlm_acc"],
-                            "oracle_acc": stats["oracle"]["val_mlm_acc"], "usage_entropy": stats["usage_entropy"],
-                            "usage": [o["usage"] for o in stats["orders"]],
-                            "order_acc": [o["val_mlm_acc"] for o in stats["orders"]]})
-            if trainer.is_global_zero and reporter is not None:
-                reporter.intermediate(_nni_metric(stats))
-
-    return [ValidationReport()]
+def _record(trainer, pl_module) -> dict | None:
+    """IOT's validation record: routed accuracy and loss, the best single order, the oracle, order usage."""
+    stats = getattr(pl_module, "last_validation", None)
+    if not stats:
+        return None
+    return {"val_mlm_acc": stats["routed"]["val_mlm_acc"], "val_loss": stats["routed"]["val_loss"],
+            "best_single_acc": stats["best_single"]["val_mlm_acc"], "oracle_acc": stats["oracle"]["val_mlm_acc"],
+            "usage_entropy": stats["usage_entropy"], "usage": [o["usage"] for o in stats["orders"]],
+            "order_acc": [o["val_mlm_acc"] for o in stats["orders"]]}
 
 
 def _nni_metric(stats: dict) -> dict:
@@ -184,8 +173,6 @@ def _check_resumed_orders(opts: IOTOptions) -> None:
 
 
 def train_iot(opts: IOTOptions) -> dict:
-    import pytorch_lightning as pl
-
     from ..arch import to_compact, to_dict
     from ..data import MLMDataModule
     from ..space import LVBertSpace
@@ -199,52 +186,38 @@ def train_iot(opts: IOTOptions) -> dict:
 
     # validation statistics are reduced exactly over ranks before logging: Lightning's sync_dist hint is moot
     warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('(val_|tau)")
-    reporter = None
-    if in_nni_trial():
-        opts.hpo = apply_tuner_parameters(opts, HPO_KEYS, "IOT")
-        reporter = TrialReporter()
-    if opts.resume and launcher_is_rank_zero():
-        _check_resumed_orders(opts)
-    opts = begin(opts, "iot")
+    t = Training.begin(opts, "iot", tunable=HPO_KEYS, before=lambda o: o.resume and _check_resumed_orders(o))
+    opts = t.opts
     space, spec, cfg, smeta = _source(opts)
     if opts.resume:  # the stored options name the same order source; the stored orders are what ran
         orders, source = rundir.read_orders(rundir.RunDir(opts.out, "IOT"), spec)
     else:
         orders, source = resolve_orders(spec, opts.orders, opts.orders_from, opts.block, opts.m)
     check_options(opts, len(orders))
-    max_steps, batch_size = opts.resolved("max_steps"), opts.resolved("batch_size")
-    _, n_dev = parse_devices(opts.devices, batch_size)
-
-    run = open_run(opts, "iot")
-    pl.seed_everything(opts.seed, workers=True, verbose=False)
+    micro_batch = t.check()
     data = _data(opts, cfg, smeta)
     if space is None:
         cfg.vocab_size = data.vocab_size
         space = LVBertSpace(spec, cfg)  # from scratch (mutated by the strategy)
+    run = t.open(spec, cfg, data)
     if run.is_rank_zero:
-        run.save_static(spec, cfg, data.tokenizer_dir)
         rundir.save_orders(run, orders, source)
-    dm = MLMDataModule(data, batch_size=batch_size // n_dev, seed=opts.seed, num_workers=opts.num_workers)
-
-    module = MLMModule(lr=opts.resolved("lr"), warmup_steps=opts.resolved("warmup_steps"), max_steps=max_steps,
-                       weight_decay=opts.weight_decay)
-    history: list[dict] = []
+    dm = MLMDataModule(data, batch_size=micro_batch, seed=opts.seed, num_workers=opts.num_workers)
     oneshot = IOTStrategy([to_dict(o) for o in orders], cfg.embedding_size, tau=opts.tau, tau_min=opts.tau_min,
                           tau_decay=opts.tau_decay, tau_every=opts.tau_every, c1=opts.c1, c2=opts.c2,
                           clamp=opts.clamp, gumbel=opts.gumbel, seed=opts.seed, predictor_dropout=cfg.dropout)
-    result = fit(run, opts, module, dm, callbacks=_callbacks(opts, run.path, history, reporter), history=history,
-                 space=space, strategy=oneshot)
+    result = t.fit(MLMModule(**t.schedule()), dm, record=_record,
+                   report=lambda record, module: _nni_metric(module.last_validation), space=space, strategy=oneshot)
     trainer = result.trainer
     if not trainer.is_global_zero:
         return {}
     predictor = trainer.lightning_module.predictor
-    dm.val_batch_size = batch_size  # the final evaluation runs on rank 0 alone: global batches
+    dm.val_batch_size = opts.resolved("batch_size")  # the final evaluation runs on rank 0 alone: global batches
     run.save_weights(space, WEIGHTS)
     run.save_weights(predictor, rundir.PREDICTOR)
     model = IOTModel(space, predictor, orders, spec, cfg)
     final = evaluate_iot(model, dm.val_dataloader(), max_batches=opts.resolved("val_batches"))
-    meta = {
-        **common_meta(run, opts, result, data),
+    meta = t.finish(result, data, {
         "space": spec.to_dict(),
         "start": {"supernet": str(opts.supernet)} if opts.supernet else {"scratch": True},
         "orders": [to_compact(o) for o in orders],
@@ -253,8 +226,5 @@ def train_iot(opts: IOTOptions) -> dict:
                 "c1": opts.c1, "c2": opts.c2, "clamp": opts.clamp, "gumbel": opts.gumbel},
         "final": final,
         "final_val_mlm_acc": final["routed"]["val_mlm_acc"],
-    }
-    run.write_json("meta.json", meta)
-    if reporter is not None:
-        reporter.final(_nni_metric(final))
+    }, final=_nni_metric(final))
     return meta

@@ -1,6 +1,6 @@
-"""Pre-train one fixed architecture (MLM or ELECTRA, optional SOP): plain Lightning through `training.fit`.
+"""Pre-train one fixed architecture (MLM or ELECTRA, optional SOP): plain Lightning through `training.Training`.
 
-    opts = begin(opts, "pretrain") -> prepared data -> open_run -> fit(PretrainModule) -> weights, HF dirs, meta.json
+    Training.begin -> prepared data -> open -> fit(PretrainModule) -> weights, HF dirs -> finish (meta.json)
 
 Run directory (besides options.json, model_config.json, space.yaml, tokenizer/, checkpoints/, logs/):
 
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..errors import UserError
-from ..training import (TrainOptions, begin, check_positive, common_meta, fit, open_run,
-                        parse_devices, prepare_data)
+from ..rundir import RunDir
+from ..training import TrainOptions, Training
 
 KIND = "pretrain"
 WEIGHTS = "pretrain.safetensors"
@@ -110,25 +110,7 @@ def model_shape(opts: PretrainOptions):
         raise UserError(f"--model-config {opts.model_config}: {exc}") from None
 
 
-def validation_callback(history: list):
-    import pytorch_lightning as pl
-
-    class ValidationRecord(pl.Callback):
-        """Keeps every validation's val_* metrics for meta.json and the curve."""
-
-        def on_validation_end(self, trainer, pl_module):
-            if trainer.sanity_checking:
-                return
-            rec = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
-            if rec:
-                history.append({"step": trainer.global_step, **rec})
-
-    return ValidationRecord()
-
-
 def train_pretrain(opts: PretrainOptions) -> dict:
-    import pytorch_lightning as pl
-
     from ..config import SpaceSpec
     from .data import PretrainDataModule
     from .module import COMPILED_POSITIONS, PretrainModule
@@ -136,42 +118,34 @@ def train_pretrain(opts: PretrainOptions) -> dict:
 
     if opts.arch is not None:
         opts.arch = parse_arch(opts.arch).compact  # one spelling on disk: --resume compares like with like
-    opts = begin(opts, KIND)
+    t = Training.begin(opts, KIND)
+    opts = t.opts
     opts.size = opts.size or DEFAULT_SIZE
     check_options(opts)
     arch = parse_arch(opts.arch)
     cfg = model_shape(opts)
     gen_cfg = generator_config(cfg, opts.resolved("generator_fraction")) if opts.objective == "electra" else None
-    max_steps, batch_size = opts.resolved("max_steps"), opts.resolved("batch_size")
-    check_positive(max_steps=max_steps, batch_size=batch_size, val_every=opts.resolved("val_every"),
-                   val_batches=opts.resolved("val_batches"), ckpt_every=opts.resolved("ckpt_every"))
-    _, n_dev = parse_devices(opts.devices, batch_size)
-
-    data = prepare_data(opts, cfg)
-    run = open_run(opts, KIND)
+    micro_batch = t.check()
+    data = t.data(cfg)
     if opts.resume:
-        _check_resumed_data(run, data)
+        _check_resumed_data(RunDir(opts.out, KIND), data)
     cfg.vocab_size = data.vocab_size  # a given tokenizer decides the vocabulary
     if gen_cfg is not None:
         gen_cfg.vocab_size = data.vocab_size
+    run = t.open(SpaceSpec(name="pretrain", slots=len(arch), candidates=sorted(set(arch))), cfg, data)
     if run.is_rank_zero:
-        run.save_static(SpaceSpec(name="pretrain", slots=len(arch), candidates=sorted(set(arch))), cfg,
-                        data.tokenizer_dir)
         run.write_json("arch.json", {"arch": arch.dict, "compact": arch.compact})
         if gen_cfg is not None:
             run.write_json("generator_config.json", gen_cfg.to_dict())
 
-    pl.seed_everything(opts.seed, workers=True, verbose=False)
     model = build_objective(opts.objective, cfg, arch, sop=opts.sop,
                             generator_fraction=opts.resolved("generator_fraction"), disc_weight=opts.disc_weight)
     dm = PretrainDataModule(data, objective=opts.objective, sop=opts.sop, data_seed=opts.data_seed,
-                            batch_size=batch_size // n_dev, seed=opts.seed, num_workers=opts.num_workers,
+                            batch_size=micro_batch, seed=opts.seed, num_workers=opts.num_workers,
                             positions_multiple=COMPILED_POSITIONS if opts.compile else 1)
-    module = PretrainModule(model, opts.objective, lr=opts.resolved("lr"), warmup_steps=opts.resolved("warmup_steps"),
-                            max_steps=max_steps, weight_decay=opts.weight_decay, clip_grad=opts.clip_grad,
-                            seed=opts.seed, data_seed=opts.data_seed, disc_weight=opts.disc_weight)
-    history: list[dict] = []
-    result = fit(run, opts, module, dm, callbacks=[validation_callback(history)], history=history)
+    module = PretrainModule(model, opts.objective, **t.schedule(), clip_grad=opts.clip_grad, seed=opts.seed,
+                            data_seed=opts.data_seed, disc_weight=opts.disc_weight)
+    result = t.fit(module, dm)
     if not result.trainer.is_global_zero:
         return {}
 
@@ -184,11 +158,9 @@ def train_pretrain(opts: PretrainOptions) -> dict:
                                    "sop": opts.sop, "run_steps": result.trainer.global_step})
     plot_curves(result.validation, opts.objective, run / CURVE)
     final = result.validation[-1] if result.validation else {}
-    meta = {**common_meta(run, opts, result, data), "arch": arch.compact, "objective": opts.objective,
-            "sop": opts.sop, "generator_config": gen_cfg.to_dict() if gen_cfg else None,
-            "final": final, "hf": hf, "curve": CURVE}
-    run.write_json("meta.json", meta)
-    return meta
+    return t.finish(result, data, {"arch": arch.compact, "objective": opts.objective, "sop": opts.sop,
+                                   "generator_config": gen_cfg.to_dict() if gen_cfg else None, "final": final,
+                                   "hf": hf, "curve": CURVE})
 
 
 def _check_resumed_data(run, data) -> None:

@@ -8,7 +8,7 @@ import torch
 from nni.nas.evaluator.pytorch import LightningModule
 
 from ..data.masking import model_mask
-from ..training import adamw
+from ..trainer import adamw, linear_warmup_decay
 
 
 def log_throughput(module, batch) -> None:
@@ -20,17 +20,6 @@ def log_throughput(module, batch) -> None:
         tokens = (int(batch["attention_mask"].sum()) if tokens is None else tokens) * module.trainer.world_size
         module.log("tok/s", tokens / max(now - module._tick, 1e-9), prog_bar=True)
     module._tick = now
-
-
-def linear_warmup_decay(warmup: int, total: int):
-    """lr multiplier: linear 0->1 over `warmup` steps, then linear 1->0 at `total` (BERT/ELECTRA schedule)."""
-
-    def factor(step: int) -> float:
-        if warmup > 0 and step < warmup:
-            return (step + 1) / warmup
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    return factor
 
 
 @nni.trace
