@@ -24,7 +24,7 @@ def build_side(mode: str, size: str, arch: str, seq: int = 128):
 
     from nni_lvbert.arch import parse_arch, to_dict
     from nni_lvbert.config import load_size, load_space
-    from nni_lvbert.modeling import LVBertForMaskedLM
+    from nni_lvbert.modeling import FixedMLM
 
     torch.manual_seed(0)
     cfg = load_size(size, max_length=seq)
@@ -43,7 +43,7 @@ def build_side(mode: str, size: str, arch: str, seq: int = 128):
             for m in paths:
                 m.resample(memo=memo)
         return model, select
-    return LVBertForMaskedLM(cfg, types), lambda: None
+    return FixedMLM(cfg, types), lambda: None
 
 
 def run_one(mode: str, size: str, arch: str, batch: int, seq: int, steps: int) -> dict:

@@ -142,9 +142,12 @@ class Arch(Sequence):
         object.__setattr__(self, "types", tuple(self.types))
 
     @classmethod
-    def parse(cls, value, space: SpaceSpec) -> Arch:
+    def parse(cls, value, space: SpaceSpec | None = None) -> Arch:
         """Any accepted spelling (module docstring) checked against the space's slots and candidate types; an Arch
-        that passes is returned as it is."""
+        that passes is returned as it is. Without a space: any layer types, as many slots as the spelling has (24,
+        the paper's, for named references)."""
+        if space is None:
+            space = SpaceSpec(name="any", slots=infer_slots(value))
         types = _read(value, space.slots)
         if len(types) != space.slots:
             raise UserError(f"arch has {len(types)} slots but space {space.name!r} has {space.slots}")
@@ -211,8 +214,8 @@ class Arch(Sequence):
         return {slot_label(i): t for i, t in enumerate(self.types)}
 
 
-def parse_arch(value, space: SpaceSpec) -> Arch:
-    """`Arch.parse`: any accepted spelling, checked against the space."""
+def parse_arch(value, space: SpaceSpec | None = None) -> Arch:
+    """`Arch.parse`: any accepted spelling, checked against the space (or as many slots as it spells)."""
     return Arch.parse(value, space)
 
 def infer_slots(value) -> int:

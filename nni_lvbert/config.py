@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from .errors import UserError
+from .shape import ModelShape
 from .resources import SIZES_FILE, SPACES_DIR, space_names  # shipped package data (search_spaces/)
 
 # Layer types and their one-letter codes (compact arch strings like "ccsf...").
@@ -23,27 +24,9 @@ TYPE_OF_LETTER = {v: k for k, v in LETTER_OF.items()}
 GLU_ACTIVATION_NAMES = ("sigmoid", "identity", "relu", "gelu", "gelu_tanh", "silu")
 
 
-@dataclass
-class ModelConfig:
-    vocab_size: int = 30522
-    hidden_size: int = 256
-    embedding_size: int = 128  # E; a linear E->H projection is added when E != H (ALBERT)
-    ff_size: int = 1024
-    num_heads: int = 4  # self-attention heads
-    conv_kernel: int = 9  # dynamic convolution kernel k
-    conv_head_size: int = 64  # dynamic convolution uses hidden/conv_head_size heads
-    glu_activation: str = "gelu"  # sigmoid (GLU) | identity (Bilinear) | relu (ReGLU) | gelu (GEGLU) | silu (SwiGLU)
-    glu_bias: bool = False  # the GLU-variants paper has no biases
-    glu_ff_size: int | None = None  # default round(ff_size * 2/3): same parameters as FF
-    max_length: int = 128  # sequence length used for data; the position table is max_position long
-    max_position: int = 512
-    type_vocab_size: int = 2
-    dropout: float = 0.1
-    attention_dropout: float = 0.1
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-    sharing: str = "none"  # none | type (all slots of one layer type share one module, ALBERT-style)
-    pad_token_id: int = 0
+@dataclass(kw_only=True)
+class ModelConfig(ModelShape):
+    """The model's shape (`shape.ModelShape`: every field and default) with the project's checks."""
 
     def __post_init__(self):
         if self.sharing not in ("none", "type"):
@@ -59,14 +42,6 @@ class ModelConfig:
         if self.glu_activation not in GLU_ACTIVATION_NAMES:
             raise UserError(f"unknown GLU activation {self.glu_activation!r}; choose one of "
                             f"{', '.join(GLU_ACTIVATION_NAMES)}")
-
-    @property
-    def conv_heads(self) -> int:
-        return max(1, self.hidden_size // self.conv_head_size)
-
-    @property
-    def glu_width(self) -> int:
-        return self.glu_ff_size if self.glu_ff_size is not None else round(self.ff_size * 2 / 3)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

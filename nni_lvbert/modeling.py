@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig, SpaceSpec
-from .layers import build_layer
+from .layers import layer_maker
 from .layers.dropout import Dropout
 
 
@@ -158,28 +158,22 @@ def init_weights(module: nn.Module, std: float) -> None:
 
 
 def build_slot_layers(types, cfg: ModelConfig) -> list[nn.Module]:
-    """One module per slot; with sharing='type' all slots of a type reuse one module (ALBERT)."""
-    shared: dict[str, nn.Module] = {}
-    layers = []
-    for t in types:
-        if cfg.sharing == "type":
-            shared.setdefault(t, build_layer(t, cfg))
-            layers.append(shared[t])
-        else:
-            layers.append(build_layer(t, cfg))
-    return layers
+    """One module per slot (`layers.layer_maker`: with sharing='type' all slots of a type reuse one module)."""
+    make = layer_maker(cfg)
+    return [make(t) for t in types]
 
 
-class LVBertForMaskedLM(MaskedLMMixin, nn.Module):
-    """A fixed architecture: `arch` is anything `Arch.parse` accepts (Arch, list, dict, compact string, name, file);
-    `self.arch` is the Arch."""
+class FixedMLM(MaskedLMMixin, nn.Module):
+    """The project's MLM model of one fixed architecture (what pre-training trains; its Hugging Face counterpart,
+    saved and loaded with save_pretrained/from_pretrained, is `hf.LVBertForMaskedLM`): `arch` is anything
+    `Arch.parse` accepts (Arch, list, dict, compact string, name, file); `self.arch` is the Arch."""
 
     def __init__(self, cfg: ModelConfig, arch, space: SpaceSpec | None = None):
         super().__init__()
-        from .arch import Arch, infer_slots
+        from .arch import Arch
 
         self.config = cfg
-        self.arch = Arch.parse(arch, space or SpaceSpec(name="any", slots=infer_slots(arch)))
+        self.arch = Arch.parse(arch, space)
         self.embeddings = Embeddings(cfg)
         self.layers = nn.ModuleList(build_slot_layers(self.arch, cfg))
         self.head = MLMHead(cfg, self.embeddings.word)

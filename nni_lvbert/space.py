@@ -1,7 +1,7 @@
 """The LV-BERT search space as an NNI ModelSpace: one labelled LayerChoice per slot.
 
 `LVBertSpace(spec, cfg).freeze({"layer00": "dc", ...})` gives a model whose forward equals
-`LVBertForMaskedLM(cfg, arch)` with the same weights (the frozen ops still alias the supernet's parameters:
+`FixedMLM(cfg, arch)` with the same weights (the frozen ops still alias the supernet's parameters:
 copy before training a subnet on its own).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from nni.nas.nn.pytorch import LayerChoice, ModelSpace
 
 from .arch import slot_label
 from .config import ModelConfig, SpaceSpec
-from .layers import build_layer
+from .layers import layer_maker
 from .modeling import Embeddings, MaskedLMMixin, MLMHead, init_weights
 
 
@@ -21,13 +21,9 @@ class LVBertSpace(MaskedLMMixin, ModelSpace):
         super().__init__()
         self.spec, self.config = spec, cfg
         self.embeddings = Embeddings(cfg)
-        shared = {t: build_layer(t, cfg) for t in spec.candidates} if cfg.sharing == "type" else None
+        make = layer_maker(cfg)  # with sharing='type', one module per candidate type across the slots
         self.layers = nn.ModuleList(
-            LayerChoice(
-                {t: shared[t] if shared else build_layer(t, cfg) for t in spec.candidates},
-                label=slot_label(i),
-            )
-            for i in range(spec.slots)
+            LayerChoice({t: make(t) for t in spec.candidates}, label=slot_label(i)) for i in range(spec.slots)
         )
         self.head = MLMHead(cfg, self.embeddings.word)
         init_weights(self, cfg.initializer_range)

@@ -8,7 +8,7 @@ import torch
 
 from nni_lvbert.config import ModelConfig
 from nni_lvbert.data.masking import IGNORE_INDEX, PadCollator, host_counts, model_mask, pad_positions
-from nni_lvbert.modeling import LVBertForMaskedLM, mlm_correct
+from nni_lvbert.modeling import FixedMLM, mlm_correct
 
 
 def tiny_cfg(dropout: float = 0.0) -> ModelConfig:
@@ -45,7 +45,7 @@ def test_host_counts_are_the_devices_answers(lengths):
 def test_host_positions_give_the_labels_results(arch, multiple):
     torch.manual_seed(0)
     cfg = tiny_cfg()
-    model = LVBertForMaskedLM(cfg, arch)
+    model = FixedMLM(cfg, arch)
     batch = PadCollator(0)(rows([20, 20, 13, 5]))
     ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
     ref = model(ids, mask, labels=labels)

@@ -6,7 +6,7 @@ import torch
 from nni_lvbert.arch import parse_arch, to_dict
 from nni_lvbert.config import SpaceSpec, load_size, load_space
 from nni_lvbert.info import param_counts
-from nni_lvbert.modeling import LVBertForMaskedLM
+from nni_lvbert.modeling import FixedMLM
 from tests.conftest import tiny_config
 
 
@@ -53,7 +53,7 @@ def test_bert_arch_equals_transformers_bert():
                         intermediate_size=64, hidden_act="gelu", max_position_embeddings=64, type_vocab_size=2,
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     hf = BertForMaskedLM(hf_cfg).eval()
-    ours = LVBertForMaskedLM(tiny_config(), "sfsf").eval()
+    ours = FixedMLM(tiny_config(), "sfsf").eval()
     copy_hf_bert_into_ours(hf, ours, 2)
     ids = torch.randint(1, 100, (3, 17))
     mask = torch.ones_like(ids)
@@ -78,7 +78,7 @@ def test_frozen_space_equals_fixed_model(arch, sharing):
     space = LVBertSpace(spec, cfg)
     types = parse_arch(arch, spec)
     frozen = space.freeze(to_dict(types)).eval()
-    fixed = LVBertForMaskedLM(cfg, arch).eval()
+    fixed = FixedMLM(cfg, arch).eval()
     fixed.load_state_dict(frozen.state_dict())
     ids = torch.randint(1, 64, (2, 10))
     mask = torch.ones_like(ids)
@@ -102,10 +102,10 @@ def test_space_has_one_labelled_choice_per_slot():
 
 
 def test_sharing_by_type_shares_modules():
-    fixed = LVBertForMaskedLM(tiny_config(sharing="type"), "sfsfcc")
+    fixed = FixedMLM(tiny_config(sharing="type"), "sfsfcc")
     assert fixed.layers[0] is fixed.layers[2] and fixed.layers[4] is fixed.layers[5]
     assert fixed.layers[0] is not fixed.layers[1]
-    unshared = LVBertForMaskedLM(tiny_config(), "sfsfcc")
+    unshared = FixedMLM(tiny_config(), "sfsfcc")
     n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     assert n(fixed) < n(unshared)
     assert param_counts(tiny_config(sharing="type"), fixed.arch)["total"] == n(fixed)
@@ -113,7 +113,7 @@ def test_sharing_by_type_shares_modules():
 
 def test_factorized_embedding_projects_to_hidden():
     cfg = tiny_config(embedding_size=16)
-    model = LVBertForMaskedLM(cfg, "sfcg")
+    model = FixedMLM(cfg, "sfcg")
     assert model.embeddings.word.weight.shape == (100, 16)
     out = model(torch.randint(0, 100, (2, 5)))
     assert out.logits.shape == (2, 5, 100)
@@ -121,7 +121,7 @@ def test_factorized_embedding_projects_to_hidden():
 
 
 def test_mlm_head_is_tied_and_only_masked_matches_full():
-    model = LVBertForMaskedLM(tiny_config(), "sfcg").eval()
+    model = FixedMLM(tiny_config(), "sfcg").eval()
     assert model.head.word[0] is model.embeddings.word
     ids = torch.randint(0, 100, (2, 8))
     labels = torch.full_like(ids, -100)
@@ -142,12 +142,12 @@ def test_small_parameter_counts_match_lvbert_table(arch, backbone):
 
 def test_fixed_model_param_count_equals_info():
     cfg = load_size("tiny")
-    model = LVBertForMaskedLM(cfg, "lvbert-small")
+    model = FixedMLM(cfg, "lvbert-small")
     assert param_counts(cfg, model.arch)["total"] == sum(p.numel() for p in model.parameters())
 
 
 def test_dropout_zero_means_train_equals_eval():
-    model = LVBertForMaskedLM(tiny_config(dropout=0.0, attention_dropout=0.0), "sfcg")
+    model = FixedMLM(tiny_config(dropout=0.0, attention_dropout=0.0), "sfcg")
     ids = torch.randint(0, 100, (2, 8))
     torch.testing.assert_close(model.train()(ids).logits, model.eval()(ids).logits)
 

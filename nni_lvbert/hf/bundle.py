@@ -3,12 +3,13 @@
 The layers, embeddings and MLM head live in the package (`nni_lvbert/layers/`, `nni_lvbert/modeling.py`), and
 `hf/modeling_lvbert.py` imports them. A directory cannot import the package, so at save time their sources are
 pasted into one `modeling_lvbert.py` (the layer modules whole, `Embeddings`/`MLMHead` as classes), package imports
-dropped, followed by `hf/modeling_lvbert.py` itself; `configuration_lvbert.py` is copied as it is. The code that
-runs is thus the very code of the package, never a second copy kept by hand.
+dropped, followed by `hf/modeling_lvbert.py` itself; `configuration_lvbert.py` is copied with `shape.py` (the
+model's fields) pasted in place of its import. The code that runs is thus the very code of the package, never a
+second copy kept by hand.
 
-transformers reads such files with regular expressions (`dynamic_module_utils`): every `import x` / `from x
-import` must name an installed package and every `from .x import` a file in the directory. `bundle_sources`
-checks both on what it generates: only torch, transformers and the standard library are imported.
+transformers reads such files with regular expressions (`dynamic_module_utils`): every `import x` / `from x import`
+must name an installed package and every `from .x import` a file in the directory. `bundle_sources` checks both on
+what it generates: only torch, transformers and the standard library are imported.
 """
 from __future__ import annotations
 
@@ -75,10 +76,23 @@ def bundle_sources() -> dict[str, str]:
     parts += [(modeling_lvbert.__name__, inspect.getsource(modeling_lvbert))]
     header = HEADER.format(version=__version__, sources=", ".join(name for name, _ in parts))
     text = header + "from __future__ import annotations\n" + "".join(_part(n, s) for n, s in parts)
-    files = {CONFIG_FILE: inspect.getsource(configuration_lvbert), MODELING_FILE: text}
+    files = {CONFIG_FILE: _config_source(configuration_lvbert), MODELING_FILE: text}
     for name, body in files.items():
         check_bundle(name, body)
     return files
+
+
+SHAPE_IMPORT = "from ..shape import SHAPE_FIELDS, ModelShape\n"
+
+
+def _config_source(configuration_lvbert) -> str:
+    """configuration_lvbert.py with `shape.py` (ModelShape, SHAPE_FIELDS) pasted in place of its import."""
+    from .. import shape
+
+    source = inspect.getsource(configuration_lvbert)
+    if SHAPE_IMPORT not in source:
+        raise RuntimeError(f"configuration_lvbert.py no longer imports shape.py as `{SHAPE_IMPORT.strip()}`")
+    return source.replace(SHAPE_IMPORT, _part(shape.__name__, inspect.getsource(shape)).lstrip("\n") + "\n\n")
 
 
 def check_bundle(name: str, text: str) -> None:

@@ -6,6 +6,7 @@ head keeps its name, and with `sharing="type"` a type's one module is saved once
 """
 from __future__ import annotations
 
+from ..arch import Arch
 from ..errors import UserError
 from .configuration_lvbert import LVBertConfig
 
@@ -15,20 +16,11 @@ TIED = "head.decoder.weight"  # the MLM decoder: the word embedding itself, neve
 def hf_config(cfg, arch, **kwargs) -> LVBertConfig:
     """LVBertConfig of a ModelConfig and a layer order (anything `Arch.parse` reads: an Arch, a list of layer
     types, a compact string, a name, ...); kwargs add HF fields (num_labels, ...)."""
-    return LVBertConfig.from_model_config(cfg, list(as_arch(arch)), **kwargs)
-
-
-def as_arch(arch):
-    """An Arch of any spelling, with as many slots as it spells."""
-    from ..arch import Arch, infer_slots
-    from ..config import SpaceSpec
-
-    return Arch.parse(arch, SpaceSpec(name="any", slots=infer_slots(arch)))
+    return LVBertConfig.from_model_config(cfg, list(Arch.parse(arch)), **kwargs)
 
 
 def model_config(config: LVBertConfig):
     """(ModelConfig, Arch) of an LVBertConfig."""
-    from ..arch import Arch
     from ..config import ModelConfig
 
     return ModelConfig.from_dict(config.model_config_dict()), Arch(config.check_layer_types())
@@ -74,7 +66,7 @@ def to_hf_masked_lm(model_or_state, cfg, types):
     from .modeling_lvbert import LVBertForMaskedLM
 
     state = model_or_state if isinstance(model_or_state, dict) else model_or_state.state_dict()
-    types = list(as_arch(types))
+    types = list(Arch.parse(types))
     model = LVBertForMaskedLM(hf_config(cfg, types))
     renamed = hf_state_dict(state, types, cfg.sharing)
     expected = model.state_dict()

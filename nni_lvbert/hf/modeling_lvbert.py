@@ -31,7 +31,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils import ModelOutput
 
-from ..layers import TokenRows, build_layer
+from ..layers import TokenRows, layer_maker
 from ..modeling import Embeddings, MLMHead
 from .configuration_lvbert import LVBertConfig
 
@@ -76,10 +76,11 @@ class LVBertModel(LVBertPreTrainedModel):
         super().__init__(config)
         self.layer_types = config.check_layer_types()
         self.embeddings = Embeddings(config)
+        make = layer_maker(config)  # with sharing="type", one module per type
         if config.sharing == "type":
-            self.shared = nn.ModuleDict({t: build_layer(t, config) for t in dict.fromkeys(self.layer_types)})
+            self.shared = nn.ModuleDict({t: make(t) for t in dict.fromkeys(self.layer_types)})
         else:
-            self.layers = nn.ModuleList(build_layer(t, config) for t in self.layer_types)
+            self.layers = nn.ModuleList(make(t) for t in self.layer_types)
         self.gradient_checkpointing = False  # set by transformers' activation/gradient_checkpointing_enable()
         self.post_init()
 

@@ -16,7 +16,23 @@ def build_layer(layer_type: str, cfg: ModelConfig):
     return LAYER_CLASSES[layer_type](cfg)
 
 
+def layer_maker(cfg: ModelConfig):
+    """The one slot-stack builder: a function layer type -> module for the slots of a model, a supernet or an HF
+    model. With `cfg.sharing == "type"` every call for a type returns the one module of that type (ALBERT-style
+    sharing across the slots), built at its first call; otherwise every call builds a new module."""
+    shared = {}
+
+    def make(layer_type: str):
+        if cfg.sharing != "type":
+            return build_layer(layer_type, cfg)
+        if layer_type not in shared:
+            shared[layer_type] = build_layer(layer_type, cfg)
+        return shared[layer_type]
+
+    return make
+
+
 __all__ = [
-    "LAYER_CLASSES", "build_layer", "DynamicConv", "SelfAttention", "FeedForward", "GLUFeedForward",
+    "LAYER_CLASSES", "build_layer", "layer_maker", "DynamicConv", "SelfAttention", "FeedForward", "GLUFeedForward",
     "GLU_ACTIVATIONS", "lightweight_conv", "TokenRows",
 ]

@@ -1,6 +1,6 @@
 """Pre-training objectives over one fixed architecture: MLM, ELECTRA replaced-token detection, ALBERT SOP.
 
-- `MLMObjective`: the project's `LVBertForMaskedLM` (vocabulary projection only at masked positions).
+- `MLMObjective`: the project's `FixedMLM` (vocabulary projection only at masked positions).
 - `ElectraObjective` (ELECTRA, LV-BERT §4.1): a generator of the same layer order and depth at a fraction of the
   hidden size (`generator_config`) and a discriminator. They share the token, position and segment embeddings
   and the embedding LayerNorm (the very modules); each keeps its own E->H projection. The generator's MLM head
@@ -23,24 +23,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..arch import Arch
 from ..config import ModelConfig
 from ..data.masking import model_mask
 from ..errors import UserError
-from ..modeling import (Embeddings, MaskedLMMixin, LVBertForMaskedLM, build_slot_layers, init_weights,
+from ..modeling import (Embeddings, MaskedLMMixin, FixedMLM, build_slot_layers, init_weights,
                         masked_positions)
 
 OBJECTIVES = ("mlm", "electra")
 DISC_WEIGHT = 50.0  # ELECTRA disc_weight
 HEAD_SIZE = 64  # generator heads = max(1, hidden / 64) (ELECTRA get_generator_config)
 SHARED_EMBEDDINGS = ("word", "position", "segment", "norm")  # ...and each model keeps its own `project`
-
-
-def parse_arch(value):
-    """An Arch of any spelling (a file, name, letters, digits, NNI dict, list), as many slots as it spells."""
-    from ..arch import Arch, infer_slots
-    from ..config import SpaceSpec
-
-    return Arch.parse(value, SpaceSpec(name="pretrain", slots=infer_slots(value)))
 
 
 def generator_config(cfg: ModelConfig, fraction: float) -> ModelConfig:
@@ -62,7 +55,7 @@ class Encoder(MaskedLMMixin, nn.Module):
 
     def __init__(self, cfg: ModelConfig, arch):
         super().__init__()
-        self.config, self.arch = cfg, parse_arch(arch)
+        self.config, self.arch = cfg, Arch.parse(arch)
         self.embeddings = Embeddings(cfg)
         self.layers = nn.ModuleList(build_slot_layers(self.arch, cfg))
         init_weights(self, cfg.initializer_range)
@@ -139,7 +132,7 @@ def _sop(head: SOPHead | None, hidden: torch.Tensor, batch: dict, out: dict) -> 
 class MLMObjective(nn.Module):
     def __init__(self, cfg: ModelConfig, arch, sop: bool = False):
         super().__init__()
-        self.mlm = LVBertForMaskedLM(cfg, arch)
+        self.mlm = FixedMLM(cfg, arch)
         self.sop_head = SOPHead(cfg) if sop else None
 
     def forward(self, batch: dict) -> dict:
@@ -159,7 +152,7 @@ class ElectraObjective(nn.Module):
         self.generator_config = generator_config(cfg, generator_fraction)
         self.discriminator = Encoder(cfg, arch)
         self.disc_head = DiscriminatorHead(cfg)
-        self.generator = LVBertForMaskedLM(self.generator_config, arch)
+        self.generator = FixedMLM(self.generator_config, arch)
         for name in SHARED_EMBEDDINGS:  # the very modules: one set of parameters, trained by both losses
             setattr(self.generator.embeddings, name, getattr(self.discriminator.embeddings, name))
         self.generator.head.word = [self.discriminator.embeddings.word]  # the generator's MLM decoder

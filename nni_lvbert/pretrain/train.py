@@ -114,7 +114,8 @@ def train_pretrain(opts: PretrainOptions) -> dict:
     from ..config import SpaceSpec
     from .data import PretrainDataModule
     from .module import COMPILED_POSITIONS, PretrainModule
-    from .objectives import build_objective, generator_config, parse_arch
+    from ..arch import parse_arch
+    from .objectives import build_objective, generator_config
 
     if opts.arch is not None:
         opts.arch = parse_arch(opts.arch).compact  # one spelling on disk: --resume compares like with like

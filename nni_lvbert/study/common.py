@@ -262,7 +262,8 @@ def _cpu_only() -> bool:
 
 def mlm_model(run_path: Path):
     """The MLM model of a finished pre-training run (ELECTRA: its generator), weights loaded, eval mode."""
-    from ..pretrain.objectives import build_objective, parse_arch
+    from ..arch import parse_arch
+    from ..pretrain.objectives import build_objective
     from ..pretrain.train import WEIGHTS
 
     run = RunDir(run_path, "pretrain")

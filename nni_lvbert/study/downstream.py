@@ -44,7 +44,7 @@ def _resolve_archs(opts: DownstreamOptions, slots: int) -> list[tuple[str, str]]
     """(label, compact letters) per requested arch; `searched` comes from --searched."""
     from ..arch import Arch, named_arch
     from ..config import SpaceSpec
-    from ..pretrain.objectives import parse_arch
+    from ..arch import parse_arch
 
     out = []
     for name in opts.archs:
@@ -70,7 +70,8 @@ def run_downstream(opts: DownstreamOptions) -> dict:
     from ..data import PreparedData, prepare
     from ..finetune.run import FinetuneOptions, finetune
     from ..info import param_counts
-    from ..pretrain.objectives import OBJECTIVES, parse_arch
+    from ..arch import parse_arch
+    from ..pretrain.objectives import OBJECTIVES
 
     opts = begin(opts, "study")
     if opts.objective not in OBJECTIVES:
