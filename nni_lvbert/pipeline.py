@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from .cliargs import add_compile_arg, add_data_args, add_out_arg, add_resume_args
 from .errors import UserError
 from .options import launcher_is_rank_zero
+from .rundir import CHECKPOINT, META
 from .search.algorithm import EvolutionConfig
 from .training import DataOptions
 
@@ -119,26 +120,15 @@ def run(opts: PipelineOptions) -> int:
     start = time.time()
     stages = 3 if opts.pretrain else 2
 
-    state = RunDir(supernet_dir, "supernet").state()
-    if state == "done":
-        print(f"[1/{stages}] supernet: done already in {supernet_dir}", file=sys.stderr, flush=True)
-    else:
-        resume = opts.resume and state == "resume"
-        print(f"[1/{stages}] supernet: {'resuming' if resume else 'training'} ({opts.space}, size {opts.size}) -> "
-              f"{supernet_dir}", file=sys.stderr, flush=True)
-        train_supernet(supernet_options(resume))
-    supernet_meta = RunDir(supernet_dir, "supernet").meta
-
-    state = RunDir(search_dir, "search").state(done="best_arch.json", resume_marker="search.json")
-    if state == "done":
-        print(f"[2/{stages}] search: done already in {search_dir}", file=sys.stderr, flush=True)
-    else:
-        resume = opts.resume and state == "resume"
-        print(f"[2/{stages}] search: {', '.join(opts.strategies)} over the supernet -> {search_dir}", file=sys.stderr, flush=True)
-        run_search(SearchOptions(supernet=str(supernet_dir), strategies=list(opts.strategies), seed=opts.seed,
-                                 evolution=opts.evolution, out=str(search_dir), resume=resume, overwrite=not resume,
-                                 progress=opts.progress))
-    best = RunDir(search_dir, "search").read_json("best_arch.json")
+    supernet_meta = stage(f"[1/{stages}] supernet", RunDir(supernet_dir, "supernet"), opts.resume,
+                          f"({opts.space}, size {opts.size})", lambda resume: train_supernet(supernet_options(resume)))
+    best = stage(f"[2/{stages}] search", RunDir(search_dir, "search"), opts.resume,
+                 f"{', '.join(opts.strategies)} over the supernet",
+                 lambda resume: run_search(SearchOptions(
+                     supernet=str(supernet_dir), strategies=list(opts.strategies), seed=opts.seed,
+                     evolution=opts.evolution, out=str(search_dir), resume=resume, overwrite=not resume,
+                     progress=opts.progress)),
+                 done="best_arch.json", marker="search.json")
     summary = {
         "best_arch": str(search_dir / "best_arch.json"),
         "arch": best["compact"],
@@ -151,6 +141,20 @@ def run(opts: PipelineOptions) -> int:
     summary["minutes"] = round((time.time() - start) / 60, 1)
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def stage(title: str, run, resume: bool, what: str, work, done: str = META, marker: str = CHECKPOINT) -> dict:
+    """One stage of `lvbert run` in its run directory: kept when finished (`done` there), resumed with --resume when
+    interrupted (`marker` there), else started afresh (replacing what an interrupted first attempt left); its
+    `done` file's content afterwards."""
+    state = run.state(done=done, resume_marker=marker)
+    if state == "done":
+        print(f"{title}: done already in {run.path}", file=sys.stderr, flush=True)
+    else:
+        resume = resume and state == "resume"
+        print(f"{title}: {'resuming' if resume else 'running'} {what} -> {run.path}", file=sys.stderr, flush=True)
+        work(resume)
+    return run.read_json(done)
 
 
 def _check_pretrain(opts: PipelineOptions) -> None:
@@ -174,13 +178,8 @@ def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:
     from .rundir import RunDir
 
     pretrain_dir = out / "pretrain"
-    state = RunDir(pretrain_dir, "pretrain").state()
-    if state == "done":
-        print(f"[3/3] pretrain: done already in {pretrain_dir}", file=sys.stderr, flush=True)
-    else:
-        resume = opts.resume and state == "resume"
-        print(f"[3/3] pretrain: {'resuming' if resume else 'training'} {arch} ({opts.pretrain}, size {opts.size}) "
-              f"-> {pretrain_dir}", file=sys.stderr, flush=True)
+
+    def train(resume: bool) -> None:
         if str(opts.devices) != "1":
             from .training import end_ddp_session
 
@@ -191,6 +190,8 @@ def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:
             **opts.data_options(), seed=opts.seed, max_steps=opts.pretrain_steps, devices=opts.devices,
             accelerator=opts.accelerator, compile=opts.compile, resume=resume, overwrite=not resume,
             progress=opts.progress))
-    meta = RunDir(pretrain_dir, "pretrain").meta
+
+    meta = stage("[3/3] pretrain", RunDir(pretrain_dir, "pretrain"), opts.resume, f"{arch} ({opts.pretrain}, size "
+                 f"{opts.size})", train)
     return {"pretrain": str(pretrain_dir), "pretrain_final": meta.get("final"), "hf": meta["hf"]["hf"],
             "hf_generator": meta["hf"].get("hf_generator")}
