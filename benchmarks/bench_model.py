@@ -22,11 +22,11 @@ def build_pair(size):
     from transformers import BertConfig, BertForMaskedLM
 
     from nni_lvbert.config import load_size
-    from nni_lvbert.modeling import LVBertForMaskedLM
+    from nni_lvbert.modeling import FixedMLM
 
     cfg = load_size(size, embedding_size=None)
     cfg.embedding_size = cfg.hidden_size
-    ours = LVBertForMaskedLM(cfg, "sf" * 12)
+    ours = FixedMLM(cfg, "sf" * 12)
     hf = BertForMaskedLM(BertConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=12,
                                     num_attention_heads=cfg.num_heads, intermediate_size=cfg.ff_size,
                                     max_position_embeddings=cfg.max_position, hidden_act="gelu",

@@ -69,7 +69,7 @@ def commands(out: Path, a) -> dict[str, list[list[str]]]:
                          "--out", str(out / "search"), "--no-progress", "--overwrite"]],
         "iot": [lv + ["iot", "train", "--supernet", str(out / "supernet"), "--orders-from", str(out / "search"),
                       "--m", "2", "--max-steps", str(a.steps), "--out", str(out / "iot"), *train],
-                lv + ["iot", "eval", "--run-dir", str(out / "iot"), "--val-batches", "2", "--no-progress"]],
+                lv + ["iot", "eval", "--out", str(out / "iot"), "--val-batches", "2", "--no-progress"]],
         "pretrain": [pretrain("pretrain")],
         "compile": [pretrain("compile") + ["--compile", a.compile_backend]],
         "finetune": [lv + ["finetune", "--model", str(out / "pretrain" / "hf"), "--task", "sotu-era",

@@ -3,14 +3,14 @@
     OUT/options.json  the options of the run (`--resume` continues with them)
     OUT/supernet/     supernet run directory (lvbert supernet train)
     OUT/search/       best_arch.json, history.jsonl, search_curve.png (lvbert search run)
-    OUT/pretrain/     with --pretrain mlm|electra: the searched architecture pre-trained (lvbert pretrain), its
+    OUT/pretrain/     with --objective mlm|electra: the searched architecture pre-trained (lvbert pretrain), its
                       Hugging Face model in OUT/pretrain/hf (ELECTRA: + the generator in OUT/pretrain/hf-generator)
 
 `--resume` continues whichever stage was interrupted; finished stages are kept. With `--devices N > 1`
 Lightning's DDP launcher re-runs this command for ranks 1..N-1: they only join the supernet training (with rank
-0's options) and leave the search to rank 0. With --pretrain, rank 0 then launches ranks afresh for the
+0's options) and leave the search to rank 0. With --objective, rank 0 then launches ranks afresh for the
 pre-training stage (`STAGE_ENV` tells them which stage to join); that needs Lightning's own launcher, so under
-torchrun/SLURM `--pretrain` with several devices is refused (pre-train afterwards with `lvbert pretrain`).
+torchrun/SLURM `--objective` with several devices is refused (pre-train afterwards with `lvbert pretrain`).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .cliargs import add_compile_arg, add_data_args, add_out_arg, add_resume_args
+from .cliargs import DeprecatedAlias, add_compile_arg, add_data_args, add_out_arg, add_resume_args
 from .errors import UserError
 from .options import launcher_is_rank_zero
 from .rundir import CHECKPOINT, META
@@ -37,14 +37,14 @@ class PipelineOptions(DataOptions):
     space: str = "lvbert"
     size: str = "tiny"
     seed: int = 0
-    supernet_steps: int | None = None
-    pretrain: str | None = None  # None: no pre-training stage; mlm | electra: pre-train the searched architecture
-    pretrain_steps: int | None = None
+    supernet_max_steps: int | None = None
+    objective: str | None = None  # None: no pre-training stage; mlm | electra: pre-train the searched architecture
+    pretrain_max_steps: int | None = None
     strategies: list[str] = field(default_factory=lambda: ["evolution"])
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
     devices: str = "1"
     accelerator: str = "auto"
-    compile: str | None = None  # torch.compile backend for the supernet and --pretrain trainings
+    compile: str | None = None  # torch.compile backend for the supernet and --objective (pre-training) trainings
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
@@ -60,18 +60,24 @@ def register(sub) -> None:
     p.add_argument("--space", default=d.space, help=f"search-space name or YAML (default {d.space})")
     p.add_argument("--size", default=d.size, help=f"supernet size (default {d.size}: minutes on 2 CPU cores)")
     add_data_args(p)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--supernet-steps", type=int, default=None, help="supernet training steps (default: size preset)")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of every stage: paths, batches, initialisation, "
+                                                             f"search (default {d.seed})")
+    p.add_argument("--supernet-max-steps", "--supernet-steps", dest="supernet_max_steps", type=int, default=None,
+                   action=DeprecatedAlias, old="--supernet-steps", new="--supernet-max-steps",
+                   help="supernet training steps (default: the size's preset)")
     add_search_strategy_arg(p)
-    p.add_argument("--pretrain", default=None, metavar="OBJECTIVE",
+    p.add_argument("--objective", "--pretrain", dest="objective", default=None, metavar="OBJECTIVE",
+                   action=DeprecatedAlias, old="--pretrain", new="--objective",
                    help="then pre-train the searched architecture at --size: mlm | electra (default: no pre-training)")
-    p.add_argument("--pretrain-steps", type=int, default=None, help="pre-training steps (default: size preset)")
+    p.add_argument("--pretrain-max-steps", "--pretrain-steps", dest="pretrain_max_steps", type=int, default=None,
+                   action=DeprecatedAlias, old="--pretrain-steps", new="--pretrain-max-steps",
+                   help="pre-training steps (default: the size's preset)")
     add_evolution_args(p)
-    p.add_argument("--devices", default=d.devices, help="devices for supernet training and --pretrain (DDP when > 1)")
-    p.add_argument("--accelerator", default=d.accelerator)
+    p.add_argument("--devices", default=d.devices, help="devices for supernet training and --objective (DDP when > 1)")
+    p.add_argument("--accelerator", default=d.accelerator, help=f"cpu | gpu | auto (default {d.accelerator})")
     add_compile_arg(p)
     add_resume_args(p, "continue an interrupted run with its stored options")
-    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     p.set_defaults(func=run_cli)
 
 
@@ -96,7 +102,7 @@ def run(opts: PipelineOptions) -> int:
     def supernet_options(resume: bool) -> SupernetOptions:
         return SupernetOptions(
             out=str(supernet_dir), space=opts.space, size=opts.size, **opts.data_options(), seed=opts.seed,
-            max_steps=opts.supernet_steps, devices=opts.devices, accelerator=opts.accelerator, compile=opts.compile,
+            max_steps=opts.supernet_max_steps, devices=opts.devices, accelerator=opts.accelerator, compile=opts.compile,
             resume=resume,
             overwrite=not resume, progress=opts.progress)
 
@@ -118,7 +124,7 @@ def run(opts: PipelineOptions) -> int:
         check_compile_backend(opts.compile)
     out.open(opts)
     start = time.time()
-    stages = 3 if opts.pretrain else 2
+    stages = 3 if opts.objective else 2
 
     supernet_meta = stage(f"[1/{stages}] supernet", RunDir(supernet_dir, "supernet"), opts.resume,
                           f"({opts.space}, size {opts.size})", lambda resume: train_supernet(supernet_options(resume)))
@@ -136,7 +142,7 @@ def run(opts: PipelineOptions) -> int:
         "supernet_val_mlm_acc": supernet_meta.get("final_val_mlm_acc"),
         "plot": str(search_dir / "search_curve.png"),
     }
-    if opts.pretrain:
+    if opts.objective:
         summary.update(pretrain_stage(opts, out, best["compact"]))
     summary["minutes"] = round((time.time() - start) / 60, 1)
     print(json.dumps(summary, indent=2))
@@ -160,19 +166,19 @@ def stage(title: str, run, resume: bool, what: str, work, done: str = META, mark
 def _check_pretrain(opts: PipelineOptions) -> None:
     from .pretrain.objectives import OBJECTIVES
 
-    if opts.pretrain is None:
+    if opts.objective is None:
         return
-    if opts.pretrain not in OBJECTIVES:
-        raise UserError(f"--pretrain must be one of {', '.join(OBJECTIVES)}, got {opts.pretrain!r}")
+    if opts.objective not in OBJECTIVES:
+        raise UserError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {opts.objective!r}")
     outside = "LOCAL_RANK" in os.environ or int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1  # torchrun / srun
     if str(opts.devices) != "1" and outside:  # the ranks were started from outside, not by Lightning's launcher
-        raise UserError("--pretrain with several devices needs Lightning's own launcher (plain `lvbert run "
+        raise UserError("--objective with several devices needs Lightning's own launcher (plain `lvbert run "
                         "--devices N`); under torchrun/SLURM pre-train afterwards with `lvbert pretrain --arch "
                         "OUT/search/best_arch.json --devices N`")
 
 
 def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:
-    """Stage 3 (--pretrain): `lvbert pretrain` of the searched architecture at the pipeline's size, into
+    """Stage 3 (--objective): `lvbert pretrain` of the searched architecture at the pipeline's size, into
     OUT/pretrain (resumed when interrupted, kept when finished)."""
     from .pretrain.train import PretrainOptions, train_pretrain
     from .rundir import RunDir
@@ -186,12 +192,12 @@ def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:
             end_ddp_session()  # the supernet's ranks have exited: Lightning launches new ones, told to pre-train
             os.environ[STAGE_ENV] = "pretrain"
         train_pretrain(PretrainOptions(
-            out=str(pretrain_dir), arch=None if resume else arch, size=opts.size, objective=opts.pretrain,
-            **opts.data_options(), seed=opts.seed, max_steps=opts.pretrain_steps, devices=opts.devices,
+            out=str(pretrain_dir), arch=None if resume else arch, size=opts.size, objective=opts.objective,
+            **opts.data_options(), seed=opts.seed, max_steps=opts.pretrain_max_steps, devices=opts.devices,
             accelerator=opts.accelerator, compile=opts.compile, resume=resume, overwrite=not resume,
             progress=opts.progress))
 
-    meta = stage("[3/3] pretrain", RunDir(pretrain_dir, "pretrain"), opts.resume, f"{arch} ({opts.pretrain}, size "
+    meta = stage("[3/3] pretrain", RunDir(pretrain_dir, "pretrain"), opts.resume, f"{arch} ({opts.objective}, size "
                  f"{opts.size})", train)
     return {"pretrain": str(pretrain_dir), "pretrain_final": meta.get("final"), "hf": meta["hf"]["hf"],
             "hf_generator": meta["hf"].get("hf_generator")}

@@ -226,7 +226,7 @@ def test_search_run_refuses_a_data_dir_with_missing_rows(tmp_path, supernet, cap
 def test_iot_eval_refuses_a_damaged_data_dir(tmp_path, iot, capsys):
     data = copy_of(run_data(iot), tmp_path / "data")
     truncate(data / "val" / "data-00000-of-00001.arrow")
-    rc = main(["iot", "eval", "--run-dir", str(iot), "--data", str(data), "--no-save",
+    rc = main(["iot", "eval", "--out", str(iot), "--data", str(data), "--no-save",
                "--no-progress"])
     one_error(capsys, rc, str(data / "val" / "data-00000-of-00001.arrow"), "damaged or truncated")
 
@@ -300,7 +300,7 @@ def test_resume_writes_truncated_supernet_weights_again(tmp_path, supernet, caps
 def test_iot_eval_refuses_truncated_predictor_and_resume_restores_it(tmp_path, iot, capsys):
     run = copy_of(iot, tmp_path / "run")
     truncate(run / "predictor.safetensors")
-    rc = main(["iot", "eval", "--run-dir", str(run), "--no-save", "--no-progress"])
+    rc = main(["iot", "eval", "--out", str(run), "--no-save", "--no-progress"])
     one_error(capsys, rc, str(run / "predictor.safetensors"), "damaged or truncated", "--resume")
     assert main(["iot", "train", "--out", str(run), "--resume", "--no-progress"]) == 0
     assert (run / "predictor.safetensors").read_bytes() == (iot / "predictor.safetensors").read_bytes()
@@ -309,7 +309,7 @@ def test_iot_eval_refuses_truncated_predictor_and_resume_restores_it(tmp_path, i
 def test_iot_eval_refuses_truncated_shared_weights(tmp_path, iot, capsys):
     run = copy_of(iot, tmp_path / "run")
     truncate(run / "supernet.safetensors", 0.7)
-    rc = main(["iot", "eval", "--run-dir", str(run), "--no-save", "--no-progress"])
+    rc = main(["iot", "eval", "--out", str(run), "--no-save", "--no-progress"])
     one_error(capsys, rc, str(run / "supernet.safetensors"), "damaged or truncated")
 
 

@@ -19,7 +19,7 @@ from nni_lvbert.hf import (LVBertConfig, LVBertForMaskedLM, LVBertForPreTraining
                            LVBertForSequenceClassification, LVBertForTokenClassification, LVBertModel)
 from nni_lvbert.hf.convert import hf_config, model_config, to_hf_masked_lm, to_project_model
 from nni_lvbert.hf.save import save_hf_model
-from nni_lvbert.modeling import LVBertForMaskedLM as ProjectMLM
+from nni_lvbert.modeling import FixedMLM as ProjectMLM
 from tests.conftest import tiny_config
 from tests.search_fixtures import build_tiny_supernet, one_error_line, prepare_tiny_data, run_cli
 

@@ -287,8 +287,10 @@ def test_run_dir_is_a_loadable_model(trained, data):
 
 def test_eval_cli_reports_usage_and_accuracies(trained, capsys):
     assert main(["iot", "eval", "--run-dir", str(trained), "--val-batches", "2", "--batch-size", "8",
-                 "--no-progress"]) == 0
-    stats = json.loads(capsys.readouterr().out)
+                 "--no-progress"]) == 0  # the old spelling of --out, kept for one release
+    captured = capsys.readouterr()
+    assert "note: --run-dir is deprecated; use --out" in captured.err
+    stats = json.loads(captured.out)
     assert [o["arch"] for o in stats["orders"]] == ["sfcs", "scfs", "fscf"]
     assert stats["sequences"] == 16 and 0 <= stats["routed"]["val_mlm_acc"] <= 1
     assert json.loads((trained / "eval.json").read_text())["routed"] == stats["routed"]
@@ -383,5 +385,5 @@ def test_cli_missing_supernet_and_start(tmp_path, capsys):
     assert "supernet directory not found" in capsys.readouterr().err
     assert main(["iot", "train", "--orders", "sfcs", "cccc"]) == 2
     assert "--supernet RUN_DIR" in capsys.readouterr().err
-    assert main(["iot", "eval", "--run-dir", str(tmp_path)]) == 2
+    assert main(["iot", "eval", "--out", str(tmp_path)]) == 2
     assert "not a finished IOT run" in capsys.readouterr().err

@@ -16,7 +16,7 @@ SMALL_SEARCH = ["--population", "4", "--iterations", "2", "--topk", "2", "--cros
 
 def run_args(out, cache_dir, steps=4, *extra):
     return ["run", "--out", str(out), "--size", "tiny", "--max-docs", "120", "--cache-dir", str(cache_dir),
-            "--supernet-steps", str(steps), *SMALL_SEARCH, "--no-progress", *extra]
+            "--supernet-max-steps", str(steps), *SMALL_SEARCH, "--no-progress", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,8 @@ def test_run_with_two_cpu_ranks_then_pretrain_on_two(tmp_path, cache_dir):
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     env.pop("PYTEST_CURRENT_TEST", None)
     res = subprocess.run([sys.executable, "-m", "nni_lvbert.cli",
-                          *run_args(out, cache_dir, 4, "--devices", "2", "--accelerator", "cpu", "--pretrain",
-                                    "electra", "--pretrain-steps", "3")],
+                          *run_args(out, cache_dir, 4, "--devices", "2", "--accelerator", "cpu", "--objective",
+                                    "electra", "--pretrain-max-steps", "3")],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     meta = json.loads((out / "supernet" / "meta.json").read_text())
@@ -91,7 +91,7 @@ def test_pretrain_on_several_devices_under_an_outside_launcher_is_one_line(tmp_p
     for var, value in (("LOCAL_RANK", "0"), ("SLURM_NTASKS", "2")):
         with monkeypatch.context() as m:
             m.setenv(var, value)
-            assert main(run_args(out, cache_dir, 4, "--devices", "2", "--pretrain", "mlm")) == 2
+            assert main(run_args(out, cache_dir, 4, "--devices", "2", "--objective", "mlm")) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ") and "torchrun" in err[0], err
         assert not out.exists()

@@ -87,7 +87,7 @@ def _non_loopback_address() -> str | None:
 def start_tiny_experiment(tiny, tmp_path, capsys, port: int, iterations: int) -> str:
     """`lvbert search nnictl` on the tiny supernet: 2 + 2 * (iterations - 1) trials, 2 at a time; the experiment ID."""
     code, out, err = run_cli(["search", "nnictl", "--supernet", str(tiny["run"]), "--port", str(port),
-                              "--workdir", str(tmp_path / "exp"), "--max-trials", str(2 + 2 * (iterations - 1)),
+                              "--out", str(tmp_path / "exp"), "--max-trials", str(2 + 2 * (iterations - 1)),
                               "--concurrency", "2", "--population", "2", "--iterations", str(iterations),
                               "--topk", "2", "--crossover", "1", "--mutation", "1", "--val-tokens", "2048",
                               "--trial-threads", "1"], capsys)
@@ -137,9 +137,9 @@ def test_nnictl_end_to_end_stop_and_resume(tiny, scorer, tmp_path, capsys):
             assert value["default"] == pytest.approx(scorer.score(list(by_id[str(m["parameterId"])].values())),
                                                       abs=1e-6)
         code, out, err = run_cli(["search", "export", "--experiment", exp_id, "--supernet", str(tiny["run"]),
-                                  "--out", str(tmp_path / "best_arch.json")], capsys)
+                                  "--out", str(tmp_path / "export")], capsys)
         assert code == 0, err
-        best = json.loads((tmp_path / "best_arch.json").read_text())
+        best = json.loads((tmp_path / "export" / "best_arch.json").read_text())
         assert best["score"] == pytest.approx(max(scorer.score(list(a.values())) for a in archs.values()))
         assert best["experiment"]["id"] == exp_id and len(best["arch"]) == SLOTS
     finally:

@@ -187,7 +187,7 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
         assert json.loads((run / "options.json").read_text())["max_steps"] == 30
     assert (out / "ranking.png").stat().st_size > 5000 and "Kendall tau" in (out / "ranking.md").read_text()
     stored = json.loads((out / "options.json").read_text())  # the budget written out: --resume keeps it
-    assert (stored["steps"], stored["lr"], stored["batch_size"]) == (30, 2e-3, 8)
+    assert (stored["max_steps"], stored["lr"], stored["batch_size"]) == (30, 2e-3, 8)
     assert json.loads(stdout.strip().splitlines()[-1])["kendall_tau"] == res["kendall_tau"]
 
     stamps = {p: p.stat().st_mtime_ns for p in (out / "models").glob("*/meta.json")}
@@ -196,7 +196,7 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
     assert json.loads((out / "ranking.json").read_text())["rows"] == rows  # nothing re-drawn, nothing retrained
     assert {p: p.stat().st_mtime_ns for p in (out / "models").glob("*/meta.json")} == stamps
 
-    code, _, err = run_cli(["study", "ranking", "--out", str(out), "--resume", "--archs", "5"], capsys)
+    code, _, err = run_cli(["study", "ranking", "--out", str(out), "--resume", "--num-archs", "5"], capsys)
     assert code == 2 and "contradicts" in one_error_line(err)
     code, _, err = run_cli(args, capsys)  # the same command again: refused, nothing overwritten
     assert code == 2 and "not empty" in one_error_line(err)
@@ -205,7 +205,7 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
 @pytest.mark.slow
 def test_search_study_quick(trained, tmp_path, capsys):
     out = tmp_path / "search"
-    code, stdout, err = run_cli(["study", "search", "--supernet", str(trained["run"]), "--quick", "--seeds", "2",
+    code, stdout, err = run_cli(["study", "search", "--supernet", str(trained["run"]), "--quick", "--num-seeds", "2",
                                  "--val-tokens", "2048", "--out", str(out), "--no-progress"], capsys)
     assert code == 0, err
     res = json.loads((out / "search_study.json").read_text())
@@ -223,7 +223,7 @@ def test_search_study_quick(trained, tmp_path, capsys):
         assert best["score"] == max(r["best_per_seed"][seed] for r in res["results"].values())
     assert (out / "search_study.png").is_file() and "wins" in (out / "search_study.md").read_text()
     stored = json.loads((out / "options.json").read_text())  # trains no model: no stand-alone budget stored
-    assert stored["steps"] is None and stored["lr"] is None and stored["population"] is None
+    assert stored["max_steps"] is None and stored["lr"] is None and stored["population"] is None
     (out / "search_study.json").unlink()  # as if killed before the end: the seeds are done, the summary is not
     code, _, err = run_cli(["study", "search", "--out", str(out), "--resume", "--no-progress"], capsys)
     assert code == 0, err
@@ -297,7 +297,7 @@ def test_study_bad_input_is_one_line(trained, tmp_path, capsys):
     assert code == 2 and "unknown strategy annealing" in one_error_line(err) and not out.exists()
     code, _, err = run_cli(["study", "ranking", "--supernet", str(tmp_path / "nope"), "--out", str(out)], capsys)
     assert code == 2 and "not found" in one_error_line(err) and not out.exists()
-    code, _, err = run_cli(["study", "ranking", "--supernet", str(trained["run"]), "--archs", "2", "--out",
+    code, _, err = run_cli(["study", "ranking", "--supernet", str(trained["run"]), "--num-archs", "2", "--out",
                             str(out)], capsys)
     assert code == 2 and "at least 3" in one_error_line(err) and not out.exists()
     code, _, err = run_cli(["study", "downstream", "--quick", "--archs", "bert", "--objective", "xlnet",

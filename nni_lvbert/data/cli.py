@@ -12,6 +12,8 @@ DOC_BY_HELP = ("text files: what one document is; auto (default): blank-line-sep
 
 
 def register(subparsers) -> None:
+    from ..cliargs import DeprecatedAlias
+
     data = subparsers.add_parser("data", help="prepare corpus, tokenizer and cached MLM splits",
                                  description="Data pipeline commands.")
     data.set_defaults(func=lambda args: _usage(data))
@@ -29,7 +31,8 @@ def register(subparsers) -> None:
     p.add_argument("--cased", action="store_true", help="do not lower-case (trained tokenizer / vocab.txt)")
     p.add_argument("--val-fraction", type=float, default=DEFAULT_VAL_FRACTION, metavar="F",
                    help=f"share of documents held out (default {DEFAULT_VAL_FRACTION})")
-    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the fixed validation masking (default 0)")
+    p.add_argument("--data-seed", "--seed", dest="data_seed", type=int, default=0, metavar="N", action=DeprecatedAlias,
+                   old="--seed", new="--data-seed", help="seed of the fixed validation masking (default 0)")
     p.add_argument("--mlm-probability", type=float, default=0.15, metavar="P", help="masking rate (default 0.15)")
     p.add_argument("--text-column", default="text", metavar="NAME", help="jsonl/parquet/hub column holding the text (default text)")
     p.add_argument("--doc-by", default="auto", choices=["auto", "paragraph", "line", "file"], help=DOC_BY_HELP)
@@ -53,7 +56,7 @@ def run_prepare(args: argparse.Namespace) -> int:
     log = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     prepared = prepare(
         args.corpus, args.size, vocab_size=args.vocab_size, max_length=args.max_length, tokenizer=args.tokenizer,
-        val_fraction=args.val_fraction, seed=args.seed, mlm_probability=args.mlm_probability,
+        val_fraction=args.val_fraction, seed=args.data_seed, mlm_probability=args.mlm_probability,
         lowercase=not args.cased, cache_dir=args.cache_dir, num_proc=args.num_proc, max_docs=args.max_docs,
         text_column=args.text_column, doc_by=args.doc_by, encoding_errors=args.encoding_errors, log=log,
     )

@@ -84,11 +84,11 @@ def to_hf_masked_lm(model_or_state, cfg, types):
 
 
 def to_project_model(hf_model):
-    """The project's `nni_lvbert.modeling.LVBertForMaskedLM` with the weights of an HF `LVBertForMaskedLM`."""
-    from ..modeling import LVBertForMaskedLM
+    """The project's `nni_lvbert.modeling.FixedMLM` with the weights of an HF `LVBertForMaskedLM`."""
+    from ..modeling import FixedMLM
 
     cfg, arch = model_config(hf_model.config)
-    model = LVBertForMaskedLM(cfg, arch)
+    model = FixedMLM(cfg, arch)
     model.load_state_dict(project_state_dict(hf_model))
     return model.eval()
 

@@ -2,7 +2,7 @@
 
 The layers, the embeddings and the MLM head are the project's own modules (`nni_lvbert/layers/`,
 `nni_lvbert/modeling.py`): there is one implementation of each, and `LVBertForMaskedLM` here computes exactly
-what `nni_lvbert.modeling.LVBertForMaskedLM` does with the same weights. A saved model directory carries this file
+what `nni_lvbert.modeling.FixedMLM` does with the same weights. A saved model directory carries this file
 with those modules pasted above it (`nni_lvbert.hf.bundle`), so it also loads with `trust_remote_code=True` where
 this package is not installed.
 

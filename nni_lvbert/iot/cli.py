@@ -44,7 +44,7 @@ def register(sub) -> None:
     t.set_defaults(func=run_train)
 
     e = isub.add_parser("eval", help="order usage and validation MLM accuracy per order vs routed (JSON)")
-    e.add_argument("--run-dir", default="runs/iot", help="a finished `lvbert iot train` directory")
+    add_out_arg(e, "runs/iot", "a finished `lvbert iot train` directory (eval.json is written there)")
     e.add_argument("--data", default=None, metavar="DIR", help="prepared data directory (default: the run's)")
     e.add_argument("--batch-size", type=int, default=64)
     e.add_argument("--val-batches", type=int, default=None, help="only the first N validation batches")
@@ -81,7 +81,7 @@ def run_eval(args) -> int:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.val_batches is not None and args.val_batches < 1:
         raise UserError(f"--val-batches must be at least 1, got {args.val_batches}")
-    model = load_iot(args.run_dir)
+    model = load_iot(args.out)
     from ..data import MLMDataModule, PreparedData
 
     path = args.data or (model.meta.get("data") or {}).get("path")
@@ -91,11 +91,11 @@ def run_eval(args) -> int:
     if data.vocab_size != model.config.vocab_size:
         raise UserError(f"data {data.path} has a {data.vocab_size}-token vocabulary, the model "
                         f"{model.config.vocab_size}")
-    RunDir(args.run_dir, "IOT").check_data_tokenizer(data.path)
+    RunDir(args.out, "IOT").check_data_tokenizer(data.path)
     loader = MLMDataModule(data, batch_size=args.batch_size).val_dataloader()
     stats = evaluate_iot(model, loader, max_batches=args.val_batches, progress=not args.no_progress)
-    stats = {"run_dir": str(args.run_dir), "data": str(data.path), **stats}
+    stats = {"run_dir": str(args.out), "data": str(data.path), **stats}
     if not args.no_save:
-        RunDir(args.run_dir, "IOT").write_json("eval.json", stats)
+        RunDir(args.out, "IOT").write_json("eval.json", stats)
     print(json.dumps(stats, indent=2))
     return 0

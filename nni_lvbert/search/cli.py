@@ -35,8 +35,11 @@ def add_search_strategy_arg(p) -> None:
                         "several run one after another into one plot (default evolution)")
 
 
+EXPORT_OUT = "runs/search-nnictl"  # `search export --out` default
+
+
 def register(sub) -> None:
-    from ..cliargs import add_out_arg, add_resume_args
+    from ..cliargs import DeprecatedAlias, add_out_arg, add_resume_args
     from .run import SearchOptions
 
     d = SearchOptions()
@@ -97,7 +100,8 @@ def register(sub) -> None:
     n.add_argument("--host", default="127.0.0.1", help="interface for the web UI / REST API (default 127.0.0.1)")
     n.add_argument("--max-trials", type=int, default=None, help="override maxTrialNumber")
     n.add_argument("--concurrency", type=int, default=None, help="override trialConcurrency")
-    n.add_argument("--workdir", default=None, help="experiment working directory (default: the config's)")
+    n.add_argument("--out", "--workdir", dest="out", default=None, metavar="DIR", action=DeprecatedAlias,
+                   old="--workdir", new="--out", help="experiment working directory (default: the config's)")
     n.add_argument("--seed", type=int, default=None)
     n.add_argument("--val-tokens", type=int, default=None)
     n.add_argument("--trial-threads", type=int, default=None, help="torch threads per trial")
@@ -113,7 +117,9 @@ def register(sub) -> None:
     e.add_argument("--experiment", default=None, help="experiment ID (nnictl experiment list --all)")
     e.add_argument("--experiment-dir", default=None, help="or the experiment's directory (holding db/nni.sqlite)")
     e.add_argument("--supernet", default=None, help="supernet run directory (default: from the trial command)")
-    e.add_argument("--out", default="best_arch.json")
+    e.add_argument("--out", default=EXPORT_OUT, metavar="DIR",
+                   help=f"directory to write best_arch.json into (default {EXPORT_OUT}; a FILE.json is the "
+                        "deprecated spelling of the file itself)")
     e.set_defaults(func=export_cmd)
 
     p.set_defaults(func=lambda args: p.print_help() or 2)

@@ -121,14 +121,14 @@ def create(args) -> int:
                  "trial_args": " ".join(a for a in (f"--val-tokens {args.val_tokens}" if args.val_tokens else "",
                                                     f"--threads {args.trial_threads}" if args.trial_threads else "")
                                         if a) or None}
-    workdir = Path(args.workdir) if args.workdir else None
+    workdir = Path(args.out) if args.out else None
     data = derived_config(config, supernet, overrides, workdir)
     from .algorithm import EvolutionConfig
 
     ca = data["tuner"].get("classArgs", {})
     EvolutionConfig(**{k: ca[k] for k in ("population", "iterations", "topk", "crossover", "mutation",
                                           "mutation_prob") if k in ca}).validate()  # budget 0 -> one line
-    run_dir = Path(args.workdir or data.get("experimentWorkingDirectory") or Path.home() / "nni-experiments")
+    run_dir = Path(args.out or data.get("experimentWorkingDirectory") or Path.home() / "nni-experiments")
     run_dir.mkdir(parents=True, exist_ok=True)
     space_file = Path(data.get("searchSpaceFile") or run_dir / "search_space.json")
     generated = space_json(spec)
@@ -232,6 +232,11 @@ def export(args) -> int:
     tuner = config.get("tuner") or {}
     class_args = tuner.get("classArgs") or {}
     out = Path(args.out)
+    if out.suffix == ".json":  # the spelling of earlier releases: --out names the file
+        print("note: --out FILE.json is deprecated; --out names the directory best_arch.json goes into",
+              file=sys.stderr)
+    else:
+        out = out / "best_arch.json"
     result = {
         "arch": to_dict(types),
         "compact": to_compact(types),

@@ -25,7 +25,7 @@ def register(sub) -> None:
 
 
 def _common(p, name: str) -> None:
-    from ..cliargs import add_out_arg, add_resume_args
+    from ..cliargs import DeprecatedAlias, add_out_arg, add_resume_args
     from .common import BUDGETS
 
     add_out_arg(p, f"runs/study-{name}", "study directory")
@@ -46,7 +46,8 @@ def _common(p, name: str) -> None:
                         "studies to train each model once)")
     t, q = BUDGETS["tiny"], BUDGETS["quick"]
     g = p.add_argument_group("stand-alone budget (the same for every model)")
-    g.add_argument("--steps", type=int, default=None, help=f"training steps (default {t['steps']}; quick {q['steps']})")
+    g.add_argument("--max-steps", "--steps", dest="max_steps", type=int, default=None, action=DeprecatedAlias,
+                   old="--steps", new="--max-steps", help=f"training steps (default {t['steps']}; quick {q['steps']})")
     g.add_argument("--lr", type=float, default=None, help=f"peak learning rate (default {t['lr']:g})")
     g.add_argument("--warmup-steps", type=int, default=None, help=f"linear warm-up (default {t['warmup_steps']})")
     g.add_argument("--batch-size", type=int, default=None, help=f"batch size (default {t['batch_size']}; quick "
@@ -55,9 +56,12 @@ def _common(p, name: str) -> None:
 
 
 def _ranking_args(p) -> None:
+    from ..cliargs import DeprecatedAlias
+
     p.add_argument("--supernet", default="", metavar="RUN", help="a trained supernet run directory")
-    p.add_argument("--archs", type=int, default=None, help="architectures spread over the inherited-score range "
-                                                            "(default 12; quick 3), plus the baselines")
+    p.add_argument("--num-archs", "--archs", dest="num_archs", type=int, default=None, action=DeprecatedAlias,
+                   old="--archs", new="--num-archs",
+                   help="architectures spread over the inherited-score range (default 12; quick 3), plus the baselines")
     p.add_argument("--pool", type=int, default=None, help="random architectures scored to pick them from "
                                                            "(default 100; quick 12)")
     p.add_argument("--searched", default=None, metavar="DIR|FILE",
@@ -67,10 +71,12 @@ def _ranking_args(p) -> None:
 
 
 def _search_args(p) -> None:
+    from ..cliargs import DeprecatedAlias
     from .search import STRATEGIES
 
     p.add_argument("--supernet", default="", metavar="RUN", help="a trained supernet run directory")
-    p.add_argument("--seeds", type=int, default=5, help="searches per strategy, seeds 0..N-1 (default 5)")
+    p.add_argument("--num-seeds", "--seeds", dest="num_seeds", type=int, default=5, action=DeprecatedAlias,
+                   old="--seeds", new="--num-seeds", help="searches per strategy, seeds 0..N-1 (default 5)")
     p.add_argument("--search", dest="strategies", nargs="+", default=list(STRATEGIES), metavar="STRATEGY",
                    help=f"strategies to compare (default: {' '.join(STRATEGIES)})")
     p.add_argument("--population", type=int, default=None, help="Algorithm 1's P (default 50; quick 6)")
@@ -78,6 +84,7 @@ def _search_args(p) -> None:
 
 
 def _downstream_args(p) -> None:
+    from ..cliargs import DeprecatedAlias
     from ..training import DataOptions
     from .downstream import DEFAULT_ARCHS
 
@@ -96,9 +103,13 @@ def _downstream_args(p) -> None:
     p.add_argument("--task-data", default=None, metavar="PATH", help="the tasks' data (`lvbert finetune --data`)")
     p.add_argument("--pretrain-seeds", type=int, nargs="+", default=None,
                    help="pre-training seeds: each arch is pre-trained once per seed and each model fine-tuned with "
-                        "every --ft-seeds (default: --seed only)")
-    p.add_argument("--ft-seeds", type=int, nargs="+", default=None, help="fine-tuning seeds (default 0 1 2)")
-    p.add_argument("--ft-max-steps", type=int, default=None, help="cap on steps per fine-tuning run")
+                        "every --finetune-seeds (default: --seed only)")
+    p.add_argument("--finetune-seeds", "--ft-seeds", dest="finetune_seeds", type=int, nargs="+", default=None,
+                   action=DeprecatedAlias, old="--ft-seeds", new="--finetune-seeds",
+                   help="fine-tuning seeds (default 0 1 2)")
+    p.add_argument("--finetune-max-steps", "--ft-max-steps", dest="finetune_max_steps", type=int, default=None,
+                   action=DeprecatedAlias, old="--ft-max-steps", new="--finetune-max-steps",
+                   help="cap on steps per fine-tuning run")
 
 
 def run_study(args) -> int:

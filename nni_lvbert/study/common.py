@@ -46,10 +46,21 @@ class Budget:
     batch_size: int
     dropout: float = 0.0
 
+    def options(self) -> dict:
+        """As study options (the flags): steps is --max-steps."""
+        values = dataclasses.asdict(self)
+        return {"max_steps": values.pop("steps"), **values}
+
+    @staticmethod
+    def from_options(opts) -> dict:
+        """The budget fields a study's options give (None: the preset's)."""
+        return {"steps": opts.max_steps, **{k: getattr(opts, k) for k in ("lr", "warmup_steps", "batch_size",
+                                                                          "dropout")}}
+
     def check(self) -> None:
-        for name in ("steps", "batch_size"):
+        for name, flag in (("steps", "--max-steps"), ("batch_size", "--batch-size")):
             if getattr(self, name) < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+                raise UserError(f"{flag} must be at least 1, got {getattr(self, name)}")
         if self.lr <= 0 or self.warmup_steps < 0 or not 0 <= self.dropout < 1:
             raise UserError("--lr must be positive, --warmup-steps not negative and --dropout in [0, 1)")
 
@@ -63,7 +74,7 @@ class StudyOptions:
     out: str = "runs/study"
     quick: bool = False
     models: str | None = None  # model store (default OUT/models)
-    steps: int | None = None  # stand-alone budget; None = the preset (quick or tiny)
+    max_steps: int | None = None  # stand-alone budget (Budget.steps); None = the preset (quick or tiny)
     lr: float | None = None
     warmup_steps: int | None = None
     batch_size: int | None = None
@@ -83,8 +94,8 @@ class StudyOptions:
             from ..pretrain.train import PretrainOptions  # one home for ELECTRA's tiny lr (see its preset's note)
 
             preset["lr"] = PretrainOptions(size="tiny", objective="electra").resolved("lr")
-        values = {k: preset[k] if getattr(self, k) is None else getattr(self, k) for k in preset}
-        budget = Budget(**values)
+        given = Budget.from_options(self)
+        budget = Budget(**{k: preset[k] if given[k] is None else given[k] for k in preset})
         budget.check()
         return budget
 
@@ -127,7 +138,7 @@ def start(opts: StudyOptions) -> Path:
     run = RunDir(opts.out, "study", "study directory")
     if opts.resume:  # the stored options (the budget written out) stay as they are
         return run.path
-    budget = opts.budget().__dict__ if opts.TRAINS_MODELS else {}  # a resumed study keeps it under later presets
+    budget = opts.budget().options() if opts.TRAINS_MODELS else {}  # a resumed study keeps it under later presets
     return run.open(opts, to_dict(dataclasses.replace(opts, **budget))).path
 
 

@@ -35,8 +35,8 @@ class DownstreamOptions(StudyOptions):
     tasks: list[str] = field(default_factory=lambda: ["sotu-era"])
     task_data: str | None = None
     pretrain_seeds: list[int] | None = None  # default [seed]
-    ft_seeds: list[int] | None = None  # default 0 1 2 (quick: 0 1)
-    ft_max_steps: int | None = None  # cap per fine-tuning run (quick: 4)
+    finetune_seeds: list[int] | None = None  # default 0 1 2 (quick: 0 1)
+    finetune_max_steps: int | None = None  # cap per fine-tuning run (quick: 4)
     slots: int = 24  # depth of the named baselines (a searched arch brings its own)
 
 
@@ -82,8 +82,8 @@ def run_downstream(opts: DownstreamOptions) -> dict:
         raise UserError("a seed is listed twice in --pretrain-seeds")
     cfg = load_size(opts.size, dropout=budget.dropout, attention_dropout=budget.dropout)
     archs = _resolve_archs(opts, opts.slots)
-    ft_seeds = opts.ft_seeds or ([0, 1] if opts.quick else [0, 1, 2])
-    ft_cap = opts.ft_max_steps if opts.ft_max_steps is not None else (4 if opts.quick else None)
+    ft_seeds = opts.finetune_seeds or ([0, 1] if opts.quick else [0, 1, 2])
+    ft_cap = opts.finetune_max_steps if opts.finetune_max_steps is not None else (4 if opts.quick else None)
     data = PreparedData.load(opts.data) if opts.data else prepare(size=opts.size, seed=opts.data_seed,
                                                                    cache_dir=opts.cache_dir)
     cfg.vocab_size = data.vocab_size

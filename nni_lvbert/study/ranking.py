@@ -27,14 +27,14 @@ RESULT = "ranking.json"
 @dataclass
 class RankingOptions(StudyOptions):
     supernet: str = ""
-    archs: int | None = None  # N spread over the score range (default 12, quick 3)
+    num_archs: int | None = None  # N spread over the score range (default 12, quick 3)
     pool: int | None = None  # random architectures scored to pick from (default 100, quick 12)
     searched: str | None = None  # a search directory (its 20 best join the pool, its winner the list) or best_arch.json
     baselines: bool = True
 
 
 def _defaults(opts: RankingOptions) -> tuple[int, int]:
-    return (opts.archs if opts.archs is not None else (3 if opts.quick else 12),
+    return (opts.num_archs if opts.num_archs is not None else (3 if opts.quick else 12),
             opts.pool if opts.pool is not None else (12 if opts.quick else 100))
 
 

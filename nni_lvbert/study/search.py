@@ -25,7 +25,7 @@ class SearchStudyOptions(StudyOptions):
     TRAINS_MODELS = False
 
     supernet: str = ""
-    seeds: int = 5
+    num_seeds: int = 5
     strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
     population: int | None = None  # Algorithm 1's P, T (default 50, 20; quick 6, 3); k, N_cro, N_mut scale with P
     iterations: int | None = None
@@ -50,8 +50,8 @@ def run_search_study(opts: SearchStudyOptions) -> dict:
     opts = begin(opts, "study")
     if not opts.supernet:
         raise UserError("give the trained supernet with --supernet RUN")
-    if opts.seeds < 1:
-        raise UserError(f"--seeds must be at least 1, got {opts.seeds}")
+    if opts.num_seeds < 1:
+        raise UserError(f"--num-seeds must be at least 1, got {opts.num_seeds}")
     bad = [s for s in opts.strategies if s not in STRATEGIES]
     if bad or not opts.strategies:
         raise UserError(f"unknown strategy {', '.join(bad) or '(none)'}; choose from {', '.join(STRATEGIES)}")
@@ -66,7 +66,7 @@ def run_search_study(opts: SearchStudyOptions) -> dict:
         return (out / f"seed{seed}" / "best_arch.json").is_file()
 
     def about(seed: int) -> str:
-        return f"[seed {seed + 1}/{opts.seeds}] {' vs '.join(opts.strategies)}, {cfg.budget} evaluations each"
+        return f"[seed {seed + 1}/{opts.num_seeds}] {' vs '.join(opts.strategies)}, {cfg.budget} evaluations each"
 
     def run_seed(seed: int) -> None:
         seed_dir = out / f"seed{seed}"
@@ -80,10 +80,10 @@ def run_search_study(opts: SearchStudyOptions) -> dict:
                                  progress=opts.progress), log=log)
 
     # `study search --out OUT --resume` started in a second process while this one runs takes the next free seed
-    for seed in filter(done, range(opts.seeds)):
+    for seed in filter(done, range(opts.num_seeds)):
         log(about(seed) + " (done)")
-    one_process_each(list(range(opts.seeds)), lambda seed: out / f".seed{seed}.lock", run_seed, skip=done)
-    per_seed = {seed: _read_seed(out / f"seed{seed}", opts.strategies, cfg) for seed in range(opts.seeds)}
+    one_process_each(list(range(opts.num_seeds)), lambda seed: out / f".seed{seed}.lock", run_seed, skip=done)
+    per_seed = {seed: _read_seed(out / f"seed{seed}", opts.strategies, cfg) for seed in range(opts.num_seeds)}
     result = summarize(per_seed, opts.strategies, cfg)
     scorer = read_json(out / "seed0" / "search.json").get("scorer", {})
     result.update(study="search", supernet=shown_path(opts.supernet), val_tokens=val_tokens,
