@@ -35,6 +35,8 @@ def add_search_strategy_arg(p) -> None:
                         "several run one after another into one plot (default evolution)")
 
 
+from .defaults import BATCH_SIZE, VAL_TOKENS  # noqa: E402
+
 EXPORT_OUT = "runs/search-nnictl"  # `search export --out` default
 
 
@@ -73,10 +75,12 @@ def register(sub) -> None:
     r.set_defaults(func=run_cmd)
 
     sc = ssub.add_parser("score", help="inherited-weight MLM accuracy of one architecture")
-    sc.add_argument("--supernet", default="runs/supernet")
+    sc.add_argument("--supernet", default="runs/supernet", help="supernet run directory (default runs/supernet)")
     sc.add_argument("--arch", required=True, help="compact string, name, NNI dict JSON or best_arch.json")
-    sc.add_argument("--val-tokens", type=int, default=16384)
-    sc.add_argument("--batch-size", type=int, default=64)
+    sc.add_argument("--val-tokens", type=int, default=VAL_TOKENS,
+                    help=f"validation tokens the architecture is scored on (default {VAL_TOKENS})")
+    sc.add_argument("--batch-size", type=int, default=BATCH_SIZE,
+                    help=f"validation sequences per batch (default {BATCH_SIZE})")
     sc.add_argument("--data", default=None)
     sc.add_argument("--device", default="auto", help="auto (GPU if visible) | cpu | cuda[:N] | mps (default auto)")
     sc.set_defaults(func=score_cmd)

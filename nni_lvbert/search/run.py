@@ -23,11 +23,11 @@ from ..arch import Arch
 from ..errors import UserError
 from ..rundir import OPTIONS, RunDir
 from .algorithm import EvolutionConfig
+from .defaults import STRATEGIES, VAL_TOKENS
 from .history import HISTORY, History
 BEST = "best_arch.json"
 SETTINGS = "search.json"
 PLOT = "search_curve.png"
-STRATEGY_NAMES = ("evolution", "regularized-evolution", "random")
 
 
 @dataclass
@@ -39,7 +39,7 @@ class SearchOptions:
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
     max_params: int | None = None
     max_flops: int | None = None
-    val_tokens: int = 16384
+    val_tokens: int = VAL_TOKENS
     batch_size: int = 64
     data: str | None = None
     space: str | None = None  # expected search space (checked against the supernet's)
@@ -86,9 +86,9 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     older = opts.resume and not run.has(OPTIONS) and run.has(SETTINGS)  # a search of an older version: options there
     opts = run.begin(opts, marker=SETTINGS, stored=run.read_json(SETTINGS).get("options") if older else None)
     opts.evolution.validate()
-    unknown = [s for s in opts.strategies if s not in STRATEGY_NAMES]
+    unknown = [s for s in opts.strategies if s not in STRATEGIES]
     if unknown or not opts.strategies:
-        raise UserError(f"unknown strategy {', '.join(unknown) or '(none)'}; choose from {', '.join(STRATEGY_NAMES)}")
+        raise UserError(f"unknown strategy {', '.join(unknown) or '(none)'}; choose from {', '.join(STRATEGIES)}")
     if len(set(opts.strategies)) != len(opts.strategies):
         raise UserError("a strategy is listed twice")
     for name in ("max_params", "max_flops"):

@@ -28,6 +28,7 @@ import torch
 from ..arch import Arch, slot_label
 from ..errors import UserError
 from ..modeling import masked_rows, mlm_accuracy
+from .defaults import BATCH_SIZE, VAL_TOKENS
 
 
 def resolve_device(name: str | None = "auto"):
@@ -196,7 +197,7 @@ class SupernetScorer:
     in the run's meta.json. `device`: see `resolve_device`; cached prefixes live there too.
     """
 
-    def __init__(self, supernet, *, val_tokens: int = 16384, batch_size: int = 64, data=None,
+    def __init__(self, supernet, *, val_tokens: int = VAL_TOKENS, batch_size: int = BATCH_SIZE, data=None,
                  prefix_cache: bool = True, cache_mb: int = 1024, keep: int = 10, device: str | None = "auto"):
         from ..supernet.rundir import load_supernet
 

@@ -26,10 +26,10 @@ from nni.nas.strategy.base import Strategy
 from ..arch import Arch
 from ..nni_compat import SampleEvaluator, run_nas_experiment, strategy_interrupted
 from .algorithm import Algorithm1, EvolutionConfig
+from .defaults import STRATEGIES
 
 _logger = logging.getLogger(__name__)
 
-STRATEGIES = ("evolution", "regularized-evolution", "random")
 
 
 class LVBertEvolution(Strategy):

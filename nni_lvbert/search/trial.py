@@ -19,6 +19,7 @@ import time
 from ..errors import UserError
 from ..nni_compat import ignore_nni_import_warnings
 from ..supernet.rundir import supernet_dir
+from .defaults import BATCH_SIZE, VAL_TOKENS
 
 
 def load_candidate(run_dir, arch, spec=None, cfg=None):
@@ -44,7 +45,8 @@ def model_accuracy(model, batches) -> float:
         return batches_accuracy(model.head, hidden, batches)
 
 
-def score_trial(run_dir, arch, val_tokens: int = 16384, batch_size: int = 64, data=None, device="auto") -> dict:
+def score_trial(run_dir, arch, val_tokens: int = VAL_TOKENS, batch_size: int = BATCH_SIZE, data=None,
+                device="auto") -> dict:
     from ..arch import Arch
     from .cost import CostModel
     from .scorer import load_val_batches, resolve_device
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--supernet", default=os.environ.get("LVBERT_SUPERNET", "runs/supernet"),
                    help="supernet run directory (default: $LVBERT_SUPERNET or runs/supernet)")
     p.add_argument("--arch", default=None, help="score this architecture instead of nni.get_next_parameter()")
-    p.add_argument("--val-tokens", type=int, default=16384)
+    p.add_argument("--val-tokens", type=int, default=VAL_TOKENS)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--data", default=None, help="prepared data directory (default: the supernet's)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")

@@ -36,8 +36,10 @@ def _common(p, name: str) -> None:
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     add_resume_args(p, "continue the study in --out with its stored options (finished parts are kept)")
     if name == "search":
+        from ..search.defaults import VAL_TOKENS
+
         p.add_argument("--val-tokens", type=int, default=None,
-                       help="validation tokens per candidate (default 16384, as lvbert search run)")
+                       help=f"validation tokens per candidate (default {VAL_TOKENS}, as lvbert search run)")
         return
     p.add_argument("--val-tokens", type=int, default=None,
                    help="validation tokens every model is scored on (default: the whole validation split)")
@@ -72,7 +74,7 @@ def _ranking_args(p) -> None:
 
 def _search_args(p) -> None:
     from ..cliargs import DeprecatedAlias
-    from .search import STRATEGIES
+    from ..search.defaults import STRATEGIES
 
     p.add_argument("--supernet", default="", metavar="RUN", help="a trained supernet run directory")
     p.add_argument("--num-seeds", "--seeds", dest="num_seeds", type=int, default=5, action=DeprecatedAlias,
@@ -120,7 +122,7 @@ def run_study(args) -> int:
     module, cls, fn, _ = STUDIES[args.study]
     mod = importlib.import_module(module)
     options = getattr(mod, cls)
-    if args.val_tokens is None:  # the study's own default (search: 16384 as lvbert search run; others: all)
+    if args.val_tokens is None:  # the study's own default (search: as lvbert search run; others: all)
         args.val_tokens = options.val_tokens
     result = getattr(mod, fn)(options_from_args(options, args))
     keys = ("kendall_tau", "kendall_tau_ci95", "spearman_rho", "spearman_rho_ci95", "n", "seeds", "budget")

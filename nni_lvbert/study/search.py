@@ -12,12 +12,11 @@ from pathlib import Path
 from ..errors import UserError
 from ..atomic import write_json, write_text
 from ..safeio import read_json
+from ..search.defaults import STRATEGIES, VAL_TOKENS
 from .common import (StudyOptions, begin, log, markdown_table, one_process_each, pyplot, save_figure, shown_path,
                      start)
 
 RESULT = "search_study.json"
-STRATEGIES = ["evolution", "regularized-evolution", "random"]
-VAL_TOKENS = 16384  # the search's own default: the study compares strategies as `lvbert search run` runs them
 
 
 @dataclass
