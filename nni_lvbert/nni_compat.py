@@ -3,7 +3,9 @@
 Each block says which NNI 3.0 behaviour it covers and how to drop it. After an NNI upgrade run
 `pytest tests/test_nni_compat.py` first: it checks that each workaround still does what it claims and that the NNI
 internals it touches still exist, so a changed internal fails there, loudly. Importing this module imports no NNI
-(the CLI installs the warning filter before any NNI import); its NNI subclasses are built on first access (bottom).
+(the CLI installs the warning filter before any NNI import). The project's own NNI classes live with their stage
+(supernet/strategy.py: the seeded SPOS strategy; search/strategy.py: strategies and the sample evaluator;
+search/nnictl.py: reading a stopped experiment's trials); their blocks here say which NNI behaviour they work around.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import re
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .errors import UserError
 
@@ -271,7 +273,7 @@ def watch_resumed_trials() -> None:
 # NNI 3.0 has no Python API to read a stopped experiment's trials, and `nnictl create/resume` print the new ID only as
 # text. Used: the manifest (nni.tools.nnictl.config_utils.Experiments, `logDir`), the SQLite file <logDir>/<id>/db/
 # nni.sqlite (tables TrialJobEvent, MetricData, ExperimentProfile) and "Experiment ID: <id>" / "experiment id is <id>".
-# A final metric goes with the parameter id it was reported for, not the trial's recorded parameters (read_trial_db).
+# (search/nnictl.py's read_trial_db reads that database: a final metric goes with the parameter id it was reported for.)
 # Drop when: NNI can export a stopped experiment's trials without its manager, and nnictl prints machine-readable IDs.
 def experiment_dir(exp_id: str) -> Path:
     """Where nnictl keeps an experiment (its log directory from NNI's experiment manifest)."""
@@ -288,40 +290,6 @@ def experiment_dir(exp_id: str) -> Path:
     return path
 
 
-def read_trial_db(exp_dir: Path) -> tuple[dict, dict, dict]:
-    """({parameter id: parameters}, {trial: (parameter id, final metric)}, experiment config) from an experiment's
-    database. A final metric is paired with the parameter id its trial reported, not with the parameters NNI's
-    manager recorded for that trial: NNI 3.0's local training service gave two trials started together each other's
-    parameters (seen once in tests/test_search_nnictl.py's experiment: each ran and reported for what it was handed,
-    the web UI showed the manager's); the metric's parameterId is what ran."""
-    import json
-    import sqlite3
-
-    con = sqlite3.connect(f"file:{Path(exp_dir) / 'db' / 'nni.sqlite'}?mode=ro", uri=True)
-    try:
-        cur = con.cursor()
-        params, assigned, finals = {}, {}, {}
-        for trial_id, data in cur.execute("SELECT trialJobId, data FROM TrialJobEvent ORDER BY timestamp"):
-            try:
-                record = json.loads(data) if data else None
-            except json.JSONDecodeError:
-                continue
-            if not isinstance(record, dict) or "parameter_id" not in record:
-                continue
-            p = record.get("parameters")
-            params[str(record["parameter_id"])] = json.loads(p) if isinstance(p, str) else p
-            assigned.setdefault(trial_id, str(record["parameter_id"]))
-        for trial_id, pid, mtype, data in cur.execute("SELECT trialJobId, parameterId, type, data FROM MetricData"):
-            if mtype == "FINAL":
-                value = json.loads(data)
-                finals[trial_id] = (str(pid) if pid not in (None, "") else assigned.get(trial_id),
-                                    json.loads(value) if isinstance(value, str) else value)
-        profile = cur.execute("SELECT params FROM ExperimentProfile ORDER BY revision DESC LIMIT 1").fetchone()
-    finally:
-        con.close()
-    return params, finals, json.loads(profile[0]) if profile else {}
-
-
 def experiment_id_in(output: str) -> str | None:
     """The experiment ID in the (colourless) output of `nnictl create` / `nnictl resume`, or None."""
     match = re.search(r"Experiment ID:\s*(\w+)", output) or re.search(r"experiment id is\s+(\w+)", output)
@@ -330,7 +298,8 @@ def experiment_id_in(output: str) -> str | None:
 
 # --- Multi-trial strategies in process ---------------------------------------------------------------------------
 # NNI 3.0's ExecutableModelSpace.execute() calls the evaluator's private `_execute(model)`, which instantiates the
-# model; SampleEvaluator (bottom) overrides it to score the sample on the shared supernet without building anything.
+# model; search/strategy.py's SampleEvaluator overrides it to score the sample on the shared supernet without building
+# anything.
 # Strategy.run() swallows KeyboardInterrupt and records it only in the private `_status`.
 # Drop when: Evaluator has a public model-free hook and Strategy exposes its status (or re-raises the interrupt).
 def strategy_interrupted(strategy) -> bool:
@@ -340,23 +309,6 @@ def strategy_interrupted(strategy) -> bool:
 
 
 # --- One-shot (SPOS / IOT) ---------------------------------------------------------------------------------------
-# NNI 3.0's RandomOneShot samples through PathSamplingLayer.resample -> Categorical.random(), which draws from a fresh
-# unseeded numpy RandomState: runs are not reproducible, a resumed run draws other paths, and DDP ranks train
-# different paths in one step. SeededRandomOneShot (bottom) takes the path from (seed, global step) and forwards
-# on_validation_epoch_start/end, which BaseOneShotLightningModule does not. It uses RandomSamplingLightningModule's
-# `filter`, `_sampling_patience`, `_sampling_attempt` and `supernet_modules()`.
-# Drop when: RandomOneShot's path is a function of (seed, step) and the two hooks are forwarded.
-VAL_STREAM = 1  # validation paths come from another stream than training paths
-
-
-def sample_path(choices: dict[str, list], seed: int, step: int, stream: int = 0, attempt: int = 0) -> dict[str, Any]:
-    """Uniform choice per label, fully determined by (seed, stream, step, attempt)."""
-    import numpy as np
-
-    rng = np.random.default_rng([seed, stream, step, attempt])
-    return {label: values[int(rng.integers(len(values)))] for label, values in choices.items()}
-
-
 # NNI 3.0's one-shot mutation refuses an already mutated space ("Module ... of type PathSamplingLayer has dangling
 # mutables and is not supported"), e.g. a trained supernet from load_supernet handed to IOTStrategy.
 # Drop when: RandomOneShot().mutate_model() accepts a mutated space (tests/test_nni_compat.py checks it refuses).
@@ -384,93 +336,3 @@ def extend_lambda_lr(sched, optimizer) -> None:
     sched.lr_lambdas.append(sched.lr_lambdas[0])
     group["lr"] = group["initial_lr"] * sched.lr_lambdas[-1](sched.last_epoch)
     sched._last_lr = [g["lr"] for g in optimizer.param_groups]
-
-
-# --- NNI subclasses, built on first access (importing this module stays NNI-free) -------------------------------
-def _one_shot_classes():
-    from nni.nas.oneshot.pytorch.sampling import RandomSamplingLightningModule
-    from nni.nas.strategy import RandomOneShot
-
-    class SeededSamplingModule(RandomSamplingLightningModule):
-        def __init__(self, training_module, seed: int = 0, filter: Callable | None = None,  # noqa: A002
-                     record_paths: bool = False):
-            super().__init__(training_module, filter)
-            self.seed, self._choices = seed, None
-            self.path_log: list[tuple[int, dict]] | None = [] if record_paths else None  # (step, path) per step
-
-        def sample(self, step: int, stream: int) -> dict[str, Any]:
-            if self._choices is None:  # the space does not change during training
-                self._choices = {label: list(m.values) for label, m in self.model.simplify().items()}
-            for attempt in range(self._sampling_patience):
-                path = sample_path(self._choices, self.seed, step, stream, attempt)
-                if self.filter is None or self.filter(path):
-                    self._sampling_attempt = attempt + 1
-                    return path
-            raise RuntimeError(f"no path satisfying the filter after {self._sampling_patience} draws")
-
-        def activate(self, path: dict[str, Any]) -> dict[str, Any]:
-            result = dict(path)
-            for module in self.supernet_modules():
-                result.update(module.resample(memo=result))
-            return result
-
-        def training_step(self, batch, batch_idx):
-            path = self.activate(self.sample(self.trainer.global_step, stream=0))
-            if self.path_log is not None:
-                self.path_log.append((self.trainer.global_step, path))
-            return self.training_module.training_step(batch, batch_idx)
-
-        def validation_step(self, batch, batch_idx):
-            # the same path for validation batch i in every validation run: curves are comparable over time
-            self.activate(self.sample(batch_idx, stream=VAL_STREAM))
-            return self.training_module.validation_step(batch, batch_idx)
-
-        def on_validation_epoch_start(self):
-            return self.training_module.on_validation_epoch_start()
-
-        def on_validation_epoch_end(self):
-            return self.training_module.on_validation_epoch_end()
-
-    class SeededRandomOneShot(RandomOneShot):
-        """`RandomOneShot(seed=...)`: SPOS with reproducible, rank-consistent path sampling."""
-
-        def __init__(self, seed: int = 0, filter=None, record_paths: bool = False, **kwargs) -> None:  # noqa: A002
-            super().__init__(filter=filter, **kwargs)
-            self.seed, self.record_paths = seed, record_paths
-
-        def configure_oneshot_module(self, training_module) -> SeededSamplingModule:
-            return SeededSamplingModule(training_module, seed=self.seed, filter=self.filter,
-                                        record_paths=self.record_paths)
-
-    return SeededSamplingModule, SeededRandomOneShot
-
-
-def _evaluator_classes():
-    import nni
-    from nni.nas.evaluator import Evaluator
-
-    class SampleEvaluator(Evaluator):
-        """Scores each frozen sample in process as `score(sample dict)`; never builds a model."""
-
-        def __init__(self, score: Callable[[dict], float]):
-            self.score = score
-
-        def _execute(self, model) -> float:
-            value = self.score(dict(model.sample))
-            nni.report_final_result(value)
-            return value
-
-    return (SampleEvaluator,)
-
-
-_LAZY = {"SeededSamplingModule": _one_shot_classes, "SeededRandomOneShot": _one_shot_classes,
-         "SampleEvaluator": _evaluator_classes}
-
-
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    for cls in _LAZY[name]():
-        cls.__module__, cls.__qualname__ = __name__, cls.__name__  # pickled by reference as nni_compat.<name>
-        globals()[cls.__name__] = cls
-    return globals()[name]

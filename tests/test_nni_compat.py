@@ -19,6 +19,9 @@ import pytest
 import torch
 
 from nni_lvbert import nni_compat
+from nni_lvbert.search import nnictl
+from nni_lvbert.search import strategy as search_strategy
+from nni_lvbert.supernet import strategy as supernet_strategy
 from nni_lvbert.config import SpaceSpec
 from tests.conftest import tiny_config
 
@@ -31,7 +34,7 @@ def mutated_space(seed: int = 0, **cfg):
 
     torch.manual_seed(seed)
     space = LVBertSpace(SPEC, tiny_config(initializer_range=0.5, **cfg))
-    nni_compat.SeededRandomOneShot().mutate_model(space)
+    supernet_strategy.SeededRandomOneShot().mutate_model(space)
     return space.eval()
 
 
@@ -185,7 +188,7 @@ def test_trial_database_is_read_with_nnis_own_schema(tmp_path):
     con.execute("INSERT INTO ExperimentProfile (params, revision) VALUES (?, ?)", ('{"trialCommand": "x"}', 1))
     con.commit()
     con.close()
-    params, finals, config = nni_compat.read_trial_db(tmp_path)
+    params, finals, config = nnictl.read_trial_db(tmp_path)
     assert params == {"0": arch, "1": other, "2": third}
     assert finals == {"A": ("0", {"default": 0.25}), "B": ("1", 0.5), "C": ("0", 0.75)}
     assert config == {"trialCommand": "x"}
@@ -282,7 +285,7 @@ def test_sample_evaluator_and_strategy_status_internals():
     class Model:
         sample = {"layer00": "sa"}
 
-    value = nni_compat.SampleEvaluator(lambda s: seen.append(s) or 0.75)._execute(Model())
+    value = search_strategy.SampleEvaluator(lambda s: seen.append(s) or 0.75)._execute(Model())
     assert value == 0.75 and seen == [{"layer00": "sa"}]
     strategy = Random()
     assert strategy._status == StrategyStatus.EMPTY and not nni_compat.strategy_interrupted(strategy)
@@ -312,15 +315,15 @@ def test_nni_random_one_shot_is_unseeded_and_ours_is_a_function_of_seed_and_step
             self.model = space
 
     def paths(seed):
-        module = nni_compat.SeededRandomOneShot(seed=seed).configure_oneshot_module(Training())
-        return [module.sample(step, stream) for step in range(6) for stream in (0, nni_compat.VAL_STREAM)]
+        module = supernet_strategy.SeededRandomOneShot(seed=seed).configure_oneshot_module(Training())
+        return [module.sample(step, stream) for step in range(6) for stream in (0, supernet_strategy.VAL_STREAM)]
 
     assert paths(3) == paths(3) != paths(4)
-    module = nni_compat.SeededRandomOneShot(seed=3).configure_oneshot_module(Training())
+    module = supernet_strategy.SeededRandomOneShot(seed=3).configure_oneshot_module(Training())
     path = module.activate(module.sample(5, 0))
-    assert path == nni_compat.sample_path({f"layer{i:02d}": SPEC.candidates for i in range(4)}, 3, 5)
+    assert path == supernet_strategy.sample_path({f"layer{i:02d}": SPEC.candidates for i in range(4)}, 3, 5)
     assert [m._sampled for m in space.layers] == list(path.values())
-    assert pickle.loads(pickle.dumps(nni_compat.SeededRandomOneShot(seed=9))).seed == 9  # e.g. ddp_spawn
+    assert pickle.loads(pickle.dumps(supernet_strategy.SeededRandomOneShot(seed=9))).seed == 9  # e.g. ddp_spawn
 
 
 def test_one_shot_modules_do_not_forward_the_validation_epoch_hooks():
@@ -328,7 +331,7 @@ def test_one_shot_modules_do_not_forward_the_validation_epoch_hooks():
 
     for hook in ("on_validation_epoch_start", "on_validation_epoch_end"):
         assert hook not in vars(BaseOneShotLightningModule), f"NNI forwards {hook} now: drop ours"
-        assert hook in vars(nni_compat.SeededSamplingModule)
+        assert hook in vars(supernet_strategy.SeededSamplingModule)
 
 
 def test_a_mutated_space_needs_keep_already_mutated():

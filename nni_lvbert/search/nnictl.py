@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from ..nni_compat import check_nnictl_filelock, experiment_dir, experiment_id_in, read_trial_db
+from ..nni_compat import check_nnictl_filelock, experiment_dir, experiment_id_in
 from ..resources import BIND_JS_FILE, SEARCH_CONFIG
 
 # the packaged config (experiments/search.yml) is the default of `lvbert search nnictl`
@@ -196,7 +196,7 @@ def _run_nnictl(cmd: list[str], env: dict, failure: str) -> str:
 # ---------------------------------------------------------------------------------------------- export
 def read_trials(exp_dir: Path) -> tuple[list[dict], dict]:
     """(succeeded trials with parameters and final metric, experiment config) from the experiment's database."""
-    params, finals, config = read_trial_db(exp_dir)  # NNI 3.0's SQLite layout (nni_compat)
+    params, finals, config = read_trial_db(exp_dir)  # NNI 3.0's SQLite layout (below)
     trials = []
     for trial_id, (parameter_id, value) in finals.items():  # the parameters the trial reported for (nni_compat)
         score = value.get("default") if isinstance(value, dict) else value
@@ -256,3 +256,37 @@ def export(args) -> int:
     print(json.dumps({"out": str(out), "compact": result["compact"], "score": result["score"],
                       "trial": best["trial"]}))
     return 0
+
+
+def read_trial_db(exp_dir: Path) -> tuple[dict, dict, dict]:
+    """({parameter id: parameters}, {trial: (parameter id, final metric)}, experiment config) from an experiment's
+    database. A final metric is paired with the parameter id its trial reported, not with the parameters NNI's
+    manager recorded for that trial: NNI 3.0's local training service gave two trials started together each other's
+    parameters (seen once in tests/test_search_nnictl.py's experiment: each ran and reported for what it was handed,
+    the web UI showed the manager's); the metric's parameterId is what ran."""
+    import json
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{Path(exp_dir) / 'db' / 'nni.sqlite'}?mode=ro", uri=True)
+    try:
+        cur = con.cursor()
+        params, assigned, finals = {}, {}, {}
+        for trial_id, data in cur.execute("SELECT trialJobId, data FROM TrialJobEvent ORDER BY timestamp"):
+            try:
+                record = json.loads(data) if data else None
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(record, dict) or "parameter_id" not in record:
+                continue
+            p = record.get("parameters")
+            params[str(record["parameter_id"])] = json.loads(p) if isinstance(p, str) else p
+            assigned.setdefault(trial_id, str(record["parameter_id"]))
+        for trial_id, pid, mtype, data in cur.execute("SELECT trialJobId, parameterId, type, data FROM MetricData"):
+            if mtype == "FINAL":
+                value = json.loads(data)
+                finals[trial_id] = (str(pid) if pid not in (None, "") else assigned.get(trial_id),
+                                    json.loads(value) if isinstance(value, str) else value)
+        profile = cur.execute("SELECT params FROM ExperimentProfile ORDER BY revision DESC LIMIT 1").fetchone()
+    finally:
+        con.close()
+    return params, finals, json.loads(profile[0]) if profile else {}

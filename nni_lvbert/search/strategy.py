@@ -18,13 +18,15 @@ import logging
 import time
 from typing import Callable
 
+import nni
+from nni.nas.evaluator import Evaluator
 from nni.nas.execution import ExecutionEngine
 from nni.nas.execution.event import ModelEvent, ModelEventType
 from nni.nas.space import ExecutableModelSpace, ModelStatus
 from nni.nas.strategy.base import Strategy
 
 from ..arch import Arch
-from ..nni_compat import SampleEvaluator, run_nas_experiment, strategy_interrupted
+from ..nni_compat import run_nas_experiment, strategy_interrupted
 from .algorithm import Algorithm1, EvolutionConfig
 from .defaults import STRATEGIES
 
@@ -103,6 +105,18 @@ class LVBertEvolution(Strategy):
             self.algorithm.load_state_dict(state_dict)
         else:
             self._state = state_dict
+
+
+class SampleEvaluator(Evaluator):
+    """Scores each frozen sample in process as `score(sample dict)`; never builds a model."""
+
+    def __init__(self, score: Callable[[dict], float]):
+        self.score = score
+
+    def _execute(self, model) -> float:
+        value = self.score(dict(model.sample))
+        nni.report_final_result(value)
+        return value
 
 
 class SupernetEvaluator(SampleEvaluator):

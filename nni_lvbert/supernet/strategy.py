@@ -1,11 +1,82 @@
-"""RandomOneShot whose sampled path is a function of (seed, global step).
+"""SPOS's strategy: NNI's RandomOneShot with the sampled path a function of (seed, global step).
 
-NNI's RandomOneShot draws paths from an unseeded RandomState: runs are not reproducible, a resumed run
-continues with different paths, and DDP ranks train different paths in the same step (each rank's gradient
-then belongs to another architecture). Here every rank derives the same path from (seed, step), so a resumed
-run replays exactly the path sequence of an uninterrupted one. The code is an NNI 3.0 workaround and lives in
-`nni_lvbert.nni_compat` (with what to check before dropping it).
+NNI 3.0's RandomOneShot draws paths from an unseeded RandomState: runs are not reproducible, a resumed run
+continues with different paths, and DDP ranks train different paths in the same step (each rank's gradient then
+belongs to another architecture). Here every rank derives the same path from (seed, step), so a resumed run replays
+exactly the path sequence of an uninterrupted one. tests/test_nni_compat.py checks that NNI's own sampling is still
+unseeded (when it is not, revisit this class).
 """
 from __future__ import annotations
 
-from ..nni_compat import VAL_STREAM, SeededRandomOneShot, SeededSamplingModule, sample_path  # noqa: F401
+from typing import Any, Callable
+
+from nni.nas.oneshot.pytorch.sampling import RandomSamplingLightningModule
+from nni.nas.strategy import RandomOneShot
+
+# NNI 3.0's RandomOneShot samples through PathSamplingLayer.resample -> Categorical.random(), which draws from a fresh
+# unseeded numpy RandomState: runs are not reproducible, a resumed run draws other paths, and DDP ranks train
+# different paths in one step. SeededRandomOneShot (bottom) takes the path from (seed, global step) and forwards
+# on_validation_epoch_start/end, which BaseOneShotLightningModule does not. It uses RandomSamplingLightningModule's
+# `filter`, `_sampling_patience`, `_sampling_attempt` and `supernet_modules()`.
+# Drop when: RandomOneShot's path is a function of (seed, step) and the two hooks are forwarded.
+VAL_STREAM = 1  # validation paths come from another stream than training paths
+
+
+def sample_path(choices: dict[str, list], seed: int, step: int, stream: int = 0, attempt: int = 0) -> dict[str, Any]:
+    """Uniform choice per label, fully determined by (seed, stream, step, attempt)."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, stream, step, attempt])
+    return {label: values[int(rng.integers(len(values)))] for label, values in choices.items()}
+
+
+class SeededSamplingModule(RandomSamplingLightningModule):
+    def __init__(self, training_module, seed: int = 0, filter: Callable | None = None,  # noqa: A002
+                 record_paths: bool = False):
+        super().__init__(training_module, filter)
+        self.seed, self._choices = seed, None
+        self.path_log: list[tuple[int, dict]] | None = [] if record_paths else None  # (step, path) per step
+
+    def sample(self, step: int, stream: int) -> dict[str, Any]:
+        if self._choices is None:  # the space does not change during training
+            self._choices = {label: list(m.values) for label, m in self.model.simplify().items()}
+        for attempt in range(self._sampling_patience):
+            path = sample_path(self._choices, self.seed, step, stream, attempt)
+            if self.filter is None or self.filter(path):
+                self._sampling_attempt = attempt + 1
+                return path
+        raise RuntimeError(f"no path satisfying the filter after {self._sampling_patience} draws")
+
+    def activate(self, path: dict[str, Any]) -> dict[str, Any]:
+        result = dict(path)
+        for module in self.supernet_modules():
+            result.update(module.resample(memo=result))
+        return result
+
+    def training_step(self, batch, batch_idx):
+        path = self.activate(self.sample(self.trainer.global_step, stream=0))
+        if self.path_log is not None:
+            self.path_log.append((self.trainer.global_step, path))
+        return self.training_module.training_step(batch, batch_idx)
+
+    def validation_step(self, batch, batch_idx):
+        # the same path for validation batch i in every validation run: curves are comparable over time
+        self.activate(self.sample(batch_idx, stream=VAL_STREAM))
+        return self.training_module.validation_step(batch, batch_idx)
+
+    def on_validation_epoch_start(self):
+        return self.training_module.on_validation_epoch_start()
+
+    def on_validation_epoch_end(self):
+        return self.training_module.on_validation_epoch_end()
+
+class SeededRandomOneShot(RandomOneShot):
+    """`RandomOneShot(seed=...)`: SPOS with reproducible, rank-consistent path sampling."""
+
+    def __init__(self, seed: int = 0, filter=None, record_paths: bool = False, **kwargs) -> None:  # noqa: A002
+        super().__init__(filter=filter, **kwargs)
+        self.seed, self.record_paths = seed, record_paths
+
+    def configure_oneshot_module(self, training_module) -> SeededSamplingModule:
+        return SeededSamplingModule(training_module, seed=self.seed, filter=self.filter,
+                                    record_paths=self.record_paths)
