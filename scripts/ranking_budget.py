@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def compare(a: dict, b: dict) -> dict:
-    from nni_lvbert.study.common import rank_correlations
+    from nni_lvbert.study.stats import rank_correlations
 
     rows_a, rows_b = ({r["arch"]: r for r in res["rows"]} for res in (a, b))
     if set(rows_a) != set(rows_b):

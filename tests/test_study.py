@@ -11,7 +11,7 @@ import pytest
 from scipy.stats import kendalltau, spearmanr
 
 from nni_lvbert.arch import Arch
-from nni_lvbert.study.common import rank_correlations
+from nni_lvbert.study.stats import rank_correlations
 from nni_lvbert.study.ranking import _pick
 from nni_lvbert.study.search import summarize
 from tests.search_fixtures import build_tiny_supernet, one_error_line, prepare_tiny_data, run_cli
@@ -60,8 +60,9 @@ def test_a_model_being_trained_by_another_study_is_waited_for_not_trained_twice(
     import threading
     import time
 
-    from nni_lvbert.study import common
-    from nni_lvbert.study.common import Budget, Standalone, store_lock, train_standalone
+    from nni_lvbert.study import store as common
+    from nni_lvbert.study.common import Budget
+    from nni_lvbert.study.store import Standalone, store_lock, train_standalone
 
     spec = Standalone(arch="sfsf", objective="mlm", size="tiny", model_config={}, budget=Budget(1, 1e-3, 0, 1),
                       data=str(tmp_path), seed=0, data_seed=0)
@@ -87,8 +88,9 @@ def test_two_studies_on_one_store_split_the_models_between_them(tmp_path, monkey
     import threading
     import time
 
-    from nni_lvbert.study import common
-    from nni_lvbert.study.common import Budget, Standalone, train_all
+    from nni_lvbert.study import store as common
+    from nni_lvbert.study.common import Budget
+    from nni_lvbert.study.store import Standalone, train_all
 
     specs = [(arch, Standalone(arch=arch, objective="mlm", size="tiny", model_config={},
                                budget=Budget(1, 1e-3, 0, 1), data=str(tmp_path), seed=0, data_seed=0))
@@ -118,7 +120,8 @@ def test_stand_alone_trainings_print_no_model_summary(tmp_path, monkeypatch):
     from pytorch_lightning.callbacks import ModelSummary
 
     from nni_lvbert.pretrain import train
-    from nni_lvbert.study.common import Budget, Standalone, train_standalone
+    from nni_lvbert.study.common import Budget
+    from nni_lvbert.study.store import Standalone, train_standalone
     from nni_lvbert.trainer import build_trainer
 
     seen = []

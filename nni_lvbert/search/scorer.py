@@ -287,3 +287,12 @@ def score_cli(args) -> int:
     print(json.dumps({"arch": arch.compact, "mlm_acc": score, **CostModel(scorer.cfg, scorer.spec).describe(arch),
                       "val_tokens": scorer.val_stats["tokens"], "masked_tokens": scorer.val_stats["masked_tokens"]}))
     return 0
+
+
+def model_accuracy(model, batches) -> float:
+    """MLM accuracy of one built model (a frozen subnet, a stand-alone model) over pre-built validation batches: each
+    batch through `model.encode`, then `batches_accuracy` (vocabulary projection only at masked positions). The nnictl
+    trial and the studies score one architecture with it; `SupernetScorer` scores many on the supernet itself."""
+    with torch.inference_mode():
+        hidden = (model.encode(b.input_ids, b.mask, b.token_type_ids) for b in batches)
+        return batches_accuracy(model.head, hidden, batches)

@@ -33,23 +33,11 @@ def load_candidate(run_dir, arch, spec=None, cfg=None):
     return load_supernet(run_dir).space.freeze(Arch(arch).dict).eval()
 
 
-def model_accuracy(model, batches) -> float:
-    """MLM accuracy of a built model over pre-built validation batches: each batch through `model.encode`, then the
-    scorer's `batches_accuracy` (vocabulary projection only at masked positions)."""
-    import torch
-
-    from .scorer import batches_accuracy
-
-    with torch.inference_mode():
-        hidden = (model.encode(b.input_ids, b.mask, b.token_type_ids) for b in batches)
-        return batches_accuracy(model.head, hidden, batches)
-
-
 def score_trial(run_dir, arch, val_tokens: int = VAL_TOKENS, batch_size: int = BATCH_SIZE, data=None,
                 device="auto") -> dict:
     from ..arch import Arch
     from .cost import CostModel
-    from .scorer import load_val_batches, resolve_device
+    from .scorer import load_val_batches, model_accuracy, resolve_device
 
     start = time.perf_counter()
     run = supernet_dir(run_dir)

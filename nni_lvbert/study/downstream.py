@@ -17,8 +17,10 @@ from pathlib import Path
 from ..errors import UserError
 from ..atomic import write_json, write_text
 from ..safeio import read_json
-from .common import (Standalone, StudyOptions, begin, log, markdown_table, one_process_each, pyplot, save_figure,
-                     shown_path, shown_stats, standalone_accuracy, start, train_all, validation_batches)
+from ..atomic import pyplot, save_figure
+from .common import StudyOptions, begin, log, shown_path, shown_stats, start
+from .stats import markdown_table
+from .store import Standalone, one_process_each, standalone_accuracy, train_all, validation_batches
 
 RESULT = "downstream.json"
 DEFAULT_ARCHS = ["searched", "bert", "dynamicconv", "lvbert-small", "sandwich"]
@@ -237,4 +239,4 @@ def _report(result: dict, out: Path) -> None:
         ax.tick_params(axis="x", rotation=35, labelsize=8)
         ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    save_figure(fig, out / "downstream.png")
+    save_figure(fig, out / "downstream.png", dpi=110, bbox_inches="tight")

@@ -17,8 +17,10 @@ from ..arch import NAMED_ARCHS, Arch
 from ..errors import UserError
 from ..atomic import write_json, write_text
 from ..safeio import read_json
-from .common import (Standalone, StudyOptions, begin, log, markdown_table, pyplot, rank_correlations, save_figure,
-                     shown_path, shown_stats, standalone_accuracy, start, train_all)
+from ..atomic import pyplot, save_figure
+from .common import StudyOptions, begin, log, shown_path, shown_stats, start
+from .stats import markdown_table, rank_correlations
+from .store import Standalone, standalone_accuracy, train_all
 
 POOL = "pool.json"
 RESULT = "ranking.json"
@@ -184,7 +186,7 @@ def _report(result: dict, out: Path) -> None:
                  f"Spearman ρ = {_num(result['spearman_rho'])}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    save_figure(fig, out / "ranking.png")
+    save_figure(fig, out / "ranking.png", dpi=110, bbox_inches="tight")
 
 
 def _label_points(ax, labels, points=(), fontsize: int = 8) -> None:

@@ -13,8 +13,10 @@ from ..errors import UserError
 from ..atomic import write_json, write_text
 from ..safeio import read_json
 from ..search.defaults import STRATEGIES, VAL_TOKENS
-from .common import (StudyOptions, begin, log, markdown_table, one_process_each, pyplot, save_figure, shown_path,
-                     start)
+from ..atomic import pyplot, save_figure
+from .common import StudyOptions, begin, log, shown_path, start
+from .stats import markdown_table
+from .store import one_process_each
 
 RESULT = "search_study.json"
 
@@ -165,4 +167,4 @@ def _report(result: dict, out: Path) -> None:
     ax.set_title(f"Top-10 per iteration over {result['seeds']} seeds (line: mean, band: min–max)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend()
-    save_figure(fig, out / "search_study.png")
+    save_figure(fig, out / "search_study.png", dpi=110, bbox_inches="tight")

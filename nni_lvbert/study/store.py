@@ -1,0 +1,176 @@
+"""The model store: one stand-alone pre-training per (arch, objective, shape, budget, data, seed), trained once and
+reused across studies and processes (each model under its own lock), and the MLM accuracy of a stored model on
+fixed validation tokens.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..atomic import write_json
+from ..rundir import META, RunDir
+from .common import OPTIONS, Budget, log
+
+
+@dataclass(frozen=True)
+class Standalone:
+    """What a stand-alone pre-training is a function of (its store key)."""
+
+    arch: str  # compact letters
+    objective: str
+    size: str  # the training preset's size name (tiny, small, ...)
+    model_config: dict  # the shape (a ModelConfig dict)
+    budget: Budget
+    data: str  # prepared data directory
+    seed: int
+    data_seed: int
+
+    def key(self) -> str:
+        blob = json.dumps({**dataclasses.asdict(self), "data": str(Path(self.data).resolve())}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+    def dirname(self) -> str:
+        return f"{self.arch}-{self.objective}-seed{self.seed}-{self.key()}"
+
+
+def train_standalone(spec: Standalone, store: Path, progress: bool = True) -> Path:
+    """Pre-train `spec` from scratch into the store (skipped when finished, resumed when interrupted; while another
+    process trains it, waits for that)."""
+    if not _finished(store, spec):
+        store.mkdir(parents=True, exist_ok=True)
+        with store_lock(_lock(store, spec)):  # another study sharing the store may be training it
+            _train_unless_done(spec, store, progress)
+    return store / spec.dirname()
+
+
+def train_all(specs: list[tuple[str, Standalone]], store: Path, progress: bool = True) -> list[Path]:
+    """Pre-train every (description, spec) into the store, each once, sharing the work with any other process that
+    trains the same specs into the same store (see `one_process_each`)."""
+    store.mkdir(parents=True, exist_ok=True)
+
+    def work(item):
+        i, (what, spec) = item
+        log(f"[{i + 1}/{len(specs)}] {what}")
+        _train_unless_done(spec, store, progress)
+
+    one_process_each(list(enumerate(specs)), lambda item: _lock(store, item[1][1]), work,
+                     skip=lambda item: _finished(store, item[1][1]))
+    return [store / spec.dirname() for _, spec in specs]
+
+
+def one_process_each(items: list, lock_of, work, skip=lambda item: False) -> None:
+    """work(item) for every item not skipped, each under its lock (`lock_of(item)`, a file path). An item whose lock
+    another process holds is left for later and the next one is worked on meanwhile, so the same study started in
+    two processes (one per core or GPU) splits the items between them instead of queueing; when every item left
+    is held elsewhere, this waits for the first and re-checks it (`work` must skip what is finished)."""
+    pending = [item for item in items if not skip(item)]
+    while pending:
+        deferred = []
+        for item in pending:
+            with store_lock(lock_of(item), wait=False) as held:
+                if held:
+                    work(item)
+                else:
+                    log(f"left for later: another process holds {lock_of(item).name}")
+                    deferred.append(item)
+        if deferred and len(deferred) == len(pending):
+            log(f"{len(deferred)} left, each being worked on by another process: waiting")
+            with store_lock(lock_of(deferred[0])):
+                work(deferred.pop(0))
+        pending = deferred
+
+
+def _lock(store: Path, spec: Standalone) -> Path:
+    return store / f".{spec.dirname()}.lock"
+
+
+def _finished(store: Path, spec: Standalone) -> bool:
+    return RunDir(store / spec.dirname(), "pretrain").state() == "done"
+
+
+def _train_unless_done(spec: Standalone, store: Path, progress: bool) -> None:
+    """(under the spec's lock) train it, or resume it, unless finished."""
+    path = store / spec.dirname()
+    state = RunDir(path, "pretrain").state()
+    if state != "done":
+        _train(spec, path, store, progress, resume=state == "resume" and (path / OPTIONS).is_file())
+
+
+@contextlib.contextmanager
+def store_lock(path: Path, wait: bool = True):
+    """An exclusive lock (flock: released when the holder exits, even by kill -9), so studies running side by side
+    on one model store train each model once. Yields True once held; with wait=False it yields False at once when
+    another process holds it."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): one study per store at a time
+        yield True
+        return
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _train(spec: Standalone, path: Path, store: Path, progress: bool, resume: bool) -> None:
+    from ..pretrain.train import PretrainOptions, train_pretrain
+
+    config = store / f".{spec.dirname()}.model_config.json"
+    write_json(config, spec.model_config)
+    b = spec.budget
+    opts = PretrainOptions(
+        out=str(path), arch=spec.arch, size=spec.size, model_config=str(config), objective=spec.objective,
+        data=spec.data, data_seed=spec.data_seed, seed=spec.seed, lr=b.lr, warmup_steps=b.warmup_steps,
+        max_steps=b.steps, batch_size=b.batch_size, dropout=b.dropout, val_every=b.steps, val_batches=4,
+        ckpt_every=max(1, min(250, b.steps // 4)), progress=progress, resume=resume,
+        overwrite=not resume and path.exists(), accelerator="cpu" if _cpu_only() else "auto",
+        model_summary=False)  # a table per model would drown the study's log
+    train_pretrain(opts)
+
+
+def _cpu_only() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def mlm_model(run_path: Path):
+    """The MLM model of a finished pre-training run (ELECTRA: its generator), weights loaded, eval mode."""
+    from ..arch import parse_arch
+    from ..pretrain.objectives import build_objective
+    from ..pretrain.train import WEIGHTS
+
+    run = RunDir(run_path, "pretrain")
+    run.require([WEIGHTS, "model_config.json", "arch.json", META])
+    meta = run.meta
+    gen = meta.get("generator_config")
+    fraction = gen["hidden_size"] / run.cfg.hidden_size if gen else 0.25
+    model = build_objective(meta["objective"], run.cfg, parse_arch(run.read_json("arch.json")["compact"]),
+                            sop=bool(meta.get("sop")), generator_fraction=fraction)
+    run.load_weights(model, WEIGHTS, "its model_config.json")
+    model.eval()
+    return model.mlm if meta["objective"] == "mlm" else model.generator
+
+
+def standalone_accuracy(run_path: Path, batches) -> float:
+    """MLM accuracy of a stand-alone model on the given fixed-masked validation batches (search.scorer's)."""
+    from ..search.scorer import model_accuracy
+
+    return model_accuracy(mlm_model(run_path).to(batches[0].input_ids.device), batches)
+
+
+def validation_batches(data_path: str, cfg, val_tokens: int):
+    """The fixed-masked validation batches every compared model is scored on (the first `val_tokens` tokens)."""
+    from ..search.scorer import load_val_batches
+
+    return load_val_batches(data_path, val_tokens, 64, cfg.pad_token_id, cfg.vocab_size, cfg.max_position)
