@@ -221,7 +221,7 @@ def nnictl_experiment(run: Path, args, tmp: Path) -> dict:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "nni_lvbert.cli", "search", "nnictl", "--supernet", str(run), "--port", str(port),
-           "--workdir", str(tmp / "nnictl"), "--max-trials", str(args.nnictl_trials), "--concurrency", "1"]
+           "--out", str(tmp / "nnictl"), "--max-trials", str(args.nnictl_trials), "--concurrency", "1", "--json"]
     if args.threads:
         cmd += ["--trial-threads", str(args.threads)]
     t = time.perf_counter()

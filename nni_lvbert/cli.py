@@ -82,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         armed = arm_stack_dumps()
         result = args.func(args)
+        if isinstance(result, dict):  # a command's result (cliargs.print_result; empty on DDP ranks > 0)
+            if result:
+                from .cliargs import print_result
+
+                print_result(result, getattr(args, "json", False))
+            result = 0
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

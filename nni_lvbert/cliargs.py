@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 
 from .training import DATA_SEED, VAL_FRACTION, TrainOptions
@@ -75,6 +76,7 @@ def add_training_args(t, title: str, dropout_help: str | None = None) -> None:
     add_compile_arg(h)
     add_resume_args(t, "continue from checkpoints/last.ckpt with the run directory's options")
     t.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add_json_arg(t)
 
 
 def add_compile_arg(g) -> None:
@@ -88,6 +90,34 @@ def add_resume_args(p, resume_help: str) -> None:
     r = p.add_mutually_exclusive_group()
     r.add_argument("--resume", action="store_true", help=resume_help)
     r.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
+
+
+def add_json_arg(p) -> None:
+    """Every command that prints a result takes --json; its function returns the result as a dict (cli.main prints
+    it with `print_result`)."""
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object (default: one readable "
+                                                       "line per field)")
+
+
+def _shown(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float)) for v in value):
+        return " ".join(_shown(v) for v in value)
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value)
+    return str(value)
+
+
+def print_result(result: dict, as_json: bool) -> None:
+    """A command's result on stdout: with --json one JSON object on one line (nothing else is printed to stdout by
+    our code), else one aligned `field  value` line per field."""
+    if as_json:
+        print(json.dumps(result))
+        return
+    width = max((len(k) for k in result), default=0)
+    for key, value in result.items():
+        print(f"{key:<{width}}  {_shown(value)}")
 
 
 def options_from_args(cls, args, **extra):

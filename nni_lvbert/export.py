@@ -10,13 +10,14 @@ directory loads with `AutoModelForMaskedLM.from_pretrained(DIR)` after `import n
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .errors import UserError
 
 
 def register(sub) -> None:
+    from .cliargs import add_json_arg
+
     p = sub.add_parser("export", help="a subnet of a supernet/IOT run -> Hugging Face model directory "
                                       "(config.json, model.safetensors, tokenizer, code)")
     p.add_argument("--supernet", required=True, metavar="RUN",
@@ -26,6 +27,7 @@ def register(sub) -> None:
                         "one of its orders (default: its most used order)")
     p.add_argument("--out", required=True, metavar="DIR", help="model directory to write")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    add_json_arg(p)
     p.set_defaults(func=run)
 
 
@@ -77,6 +79,5 @@ def export_subnet(run_path, arch_text: str | None, out, overwrite: bool = False)
             "files": sorted(p.name for p in Path(path).iterdir())}
 
 
-def run(args) -> int:
-    print(json.dumps(export_subnet(args.supernet, args.arch, args.out, args.overwrite)))
-    return 0
+def run(args) -> dict:
+    return export_subnet(args.supernet, args.arch, args.out, args.overwrite)

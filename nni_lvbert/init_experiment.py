@@ -43,21 +43,24 @@ def init_experiment(dest: str | Path, overwrite: bool = False) -> list[Path]:
 
 
 def register(sub) -> None:
+    from .cliargs import add_json_arg
+
     p = sub.add_parser("init-experiment",
                        help="copy the nnictl experiment configs and search spaces into DIR to edit them")
     p.add_argument("dir", metavar="DIR", help="folder to write (created if missing)")
     p.add_argument("--overwrite", action="store_true", help="replace files DIR already has")
+    add_json_arg(p)
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args) -> dict:
     written = init_experiment(args.dir, overwrite=args.overwrite)
     d = Path(args.dir)
-    print(f"wrote {len(written)} files to {d}: {', '.join(str(p.relative_to(d)) for p in written)}")
-    print(f"search with nnictl:  lvbert search nnictl --supernet runs/supernet --config {d / 'search.yml'}")
-    print(f"  or by hand:        LVBERT_SUPERNET=$PWD/runs/supernet "
-          f"NODE_OPTIONS=\"--require {(d / 'bind_localhost.js').resolve()}\" "
-          f"nnictl create --config {d / 'search.yml'} --port 8080")
-    print(f"an edited space:     lvbert supernet train --space {d / 'search_spaces' / 'lvbert.yaml'} ...")
-    print(f"model sizes (read-only, --size NAME): {resources.SIZES_FILE}")
-    return 0
+    return {
+        "wrote": [str(p.relative_to(d)) for p in written],
+        "search_with_nnictl": f"lvbert search nnictl --supernet runs/supernet --config {d / 'search.yml'}",
+        "or_by_hand": f"LVBERT_SUPERNET=$PWD/runs/supernet NODE_OPTIONS=\"--require "
+                      f"{(d / 'bind_localhost.js').resolve()}\" nnictl create --config {d / 'search.yml'} --port 8080",
+        "edited_space": f"lvbert supernet train --space {d / 'search_spaces' / 'lvbert.yaml'} ...",
+        "model_sizes": str(resources.SIZES_FILE),
+    }

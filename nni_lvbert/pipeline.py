@@ -14,13 +14,12 @@ torchrun/SLURM `--objective` with several devices is refused (pre-train afterwar
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 
-from .cliargs import DeprecatedAlias, add_compile_arg, add_data_args, add_out_arg, add_resume_args
+from .cliargs import DeprecatedAlias, add_compile_arg, add_data_args, add_json_arg, add_out_arg, add_resume_args
 from .errors import UserError
 from .options import launcher_is_rank_zero
 from .rundir import CHECKPOINT, META
@@ -78,10 +77,11 @@ def register(sub) -> None:
     add_compile_arg(p)
     add_resume_args(p, "continue an interrupted run with its stored options")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    add_json_arg(p)
     p.set_defaults(func=run_cli)
 
 
-def run_cli(args) -> int:
+def run_cli(args) -> dict:
     from .search.cli import evolution_from_args
 
     from .cliargs import options_from_args
@@ -91,7 +91,7 @@ def run_cli(args) -> int:
     return run(opts)
 
 
-def run(opts: PipelineOptions) -> int:
+def run(opts: PipelineOptions) -> dict:
     from .rundir import RunDir
     from .search.run import SearchOptions, run_search
     from .supernet.train import SupernetOptions, train_supernet
@@ -145,8 +145,7 @@ def run(opts: PipelineOptions) -> int:
     if opts.objective:
         summary.update(pretrain_stage(opts, out, best["compact"]))
     summary["minutes"] = round((time.time() - start) / 60, 1)
-    print(json.dumps(summary, indent=2))
-    return 0
+    return summary
 
 
 def stage(title: str, run, resume: bool, what: str, work, done: str = META, marker: str = CHECKPOINT) -> dict:

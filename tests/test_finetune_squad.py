@@ -216,7 +216,7 @@ QUICK = ["--max-length", "48", "--max-query-length", "12", "--doc-stride", "16",
 def test_finetune_squad_v1_end_to_end_and_resume(model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     args = ["finetune", "--model", str(model_dir), "--task", "squad", "--data", str(make_squad(tmp_path / "d")),
-            "--out", str(out), *QUICK, "--epochs", "1"]
+            "--out", str(out), *QUICK, "--epochs", "1", "--json"]
     code, stdout, err = run_cli(args, capsys)
     assert code == 0, err
     r = json.loads((out / "results.json").read_text())["tasks"]["squad"]

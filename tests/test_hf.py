@@ -269,8 +269,8 @@ def test_export_round_trips_the_subnet_exactly(tiny, tmp_path, capsys):
     from nni_lvbert.supernet.rundir import load_supernet
 
     out = tmp_path / "best"
-    code, stdout, _ = run_cli(["export", "--supernet", str(tiny["run"]), "--arch", "csfgcs", "--out", str(out)],
-                              capsys)
+    code, stdout, _ = run_cli(["export", "--supernet", str(tiny["run"]), "--arch", "csfgcs", "--out", str(out),
+                               "--json"], capsys)
     assert code == 0 and json.loads(stdout)["arch"] == "csfgcs"
     subnet = load_supernet(tiny["run"]).space.freeze(Arch.parse("csfgcs", load_supernet(tiny["run"]).spec).dict)
     loaded = AutoModelForMaskedLM.from_pretrained(out)
@@ -317,7 +317,8 @@ def _fake_iot_run(tiny, path):
 def test_export_from_an_iot_run(tiny, tmp_path, capsys):
     iot = _fake_iot_run(tiny, tmp_path / "iot")
     code, stdout, _ = run_cli(["export", "--supernet", str(iot), "--out", str(tmp_path / "a")], capsys)
-    assert code == 0 and json.loads(stdout)["arch"] == "sfsfsf" and json.loads(stdout)["source"] == "iot"
+    shown = dict(line.split(None, 1) for line in stdout.splitlines())  # without --json: one `field  value` line each
+    assert code == 0 and shown["arch"] == "sfsfsf" and shown["source"] == "iot" and shown["out"] == str(tmp_path / "a")
     code, stdout, _ = run_cli(["export", "--supernet", str(iot), "--arch", "gggccc", "--out", str(tmp_path / "b")],
                               capsys)
     assert code == 0 and json.loads((tmp_path / "b" / "config.json").read_text())["layer_types"][:3] == ["glu"] * 3

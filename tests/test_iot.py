@@ -287,7 +287,7 @@ def test_run_dir_is_a_loadable_model(trained, data):
 
 def test_eval_cli_reports_usage_and_accuracies(trained, capsys):
     assert main(["iot", "eval", "--run-dir", str(trained), "--val-batches", "2", "--batch-size", "8",
-                 "--no-progress"]) == 0  # the old spelling of --out, kept for one release
+                 "--no-progress", "--json"]) == 0  # the old spelling of --out, kept for one release
     captured = capsys.readouterr()
     assert "note: --run-dir is deprecated; use --out" in captured.err
     stats = json.loads(captured.out)

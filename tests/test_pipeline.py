@@ -34,7 +34,7 @@ def test_run_with_two_cpu_ranks_then_pretrain_on_two(tmp_path, cache_dir):
     env.pop("PYTEST_CURRENT_TEST", None)
     res = subprocess.run([sys.executable, "-m", "nni_lvbert.cli",
                           *run_args(out, cache_dir, 4, "--devices", "2", "--accelerator", "cpu", "--objective",
-                                    "electra", "--pretrain-max-steps", "3")],
+                                    "electra", "--pretrain-max-steps", "3", "--json")],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     meta = json.loads((out / "supernet" / "meta.json").read_text())
@@ -46,8 +46,7 @@ def test_run_with_two_cpu_ranks_then_pretrain_on_two(tmp_path, cache_dir):
     pretrain = json.loads((out / "pretrain" / "meta.json").read_text())
     assert pretrain["world_size"] == 2 and pretrain["steps"] == 3 and pretrain["arch"] == best["compact"]
     assert (out / "pretrain" / "hf-generator" / "config.json").is_file()
-    stdout = "\n" + res.stdout  # NNI may also log to stdout: the summary is the last JSON object
-    summary = json.loads(stdout[stdout.rindex("\n{\n") + 1:])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])  # --json: one line, the last on stdout
     assert summary["arch"] == best["compact"] and summary["hf"] == str(out / "pretrain" / "hf")
     assert "already" not in res.stderr  # one run of each stage
 
@@ -78,7 +77,7 @@ def test_run_resumes_from_the_run_directory_alone(tmp_path, cache_dir, capsys):
     assert len(history.read_text().splitlines()) == 8  # nothing scored twice
     # finished: a second resume does nothing new and prints the same answer
     capsys.readouterr()
-    assert main(["run", "--out", str(out), "--resume"]) == 0
+    assert main(["run", "--out", str(out), "--resume", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["arch"] == best["compact"]
     # a non-empty directory without --resume/--overwrite is refused
     assert main(run_args(out, cache_dir, steps)) == 2

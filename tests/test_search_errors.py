@@ -54,7 +54,7 @@ def test_bad_arch_and_space_input(tiny, tmp_path, capsys):
                             "--val-tokens", "256"], capsys)
     assert code == 2 and "layer00..layer05 (6 slots)" in one_error_line(err)
     code, out, _ = run_cli(["search", "score", "--supernet", str(tiny["run"]), "--arch", "csfgcs",
-                            "--val-tokens", "256"], capsys)
+                            "--val-tokens", "256", "--json"], capsys)
     assert code == 0 and 0 <= json.loads(out)["mlm_acc"] <= 1
     # a supernet directory that is not a finished run
     broken = tmp_path / "broken"

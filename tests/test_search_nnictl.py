@@ -90,7 +90,7 @@ def start_tiny_experiment(tiny, tmp_path, capsys, port: int, iterations: int) ->
                               "--out", str(tmp_path / "exp"), "--max-trials", str(2 + 2 * (iterations - 1)),
                               "--concurrency", "2", "--population", "2", "--iterations", str(iterations),
                               "--topk", "2", "--crossover", "1", "--mutation", "1", "--val-tokens", "2048",
-                              "--trial-threads", "1"], capsys)
+                              "--trial-threads", "1", "--json"], capsys)
     assert code == 0, err
     return json.loads(out)["experiment"]
 

@@ -167,7 +167,8 @@ def test_search_summary_counts_wins_and_ties():
 @pytest.mark.slow
 def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
     out = tmp_path / "rank"
-    args = ["study", "ranking", "--supernet", str(trained["run"]), "--quick", "--out", str(out), "--no-progress"]
+    args = ["study", "ranking", "--supernet", str(trained["run"]), "--quick", "--out", str(out), "--no-progress",
+            "--json"]
     code, stdout, err = run_cli(args, capsys)
     assert code == 0, err
     res = json.loads((out / "ranking.json").read_text())

@@ -162,7 +162,7 @@ def test_installed_cli_scores_a_supernet(installed):
     data = prepare_tiny_data(root)
     run_dir = build_tiny_supernet(root / "supernet", data, steps=10)
     out = _ok(_run([installed["lvbert"], "search", "score", "--supernet", run_dir, "--arch", "csfgcs",
-                    "--val-tokens", "1024", "--device", "cpu"], installed["root"], installed["env"]))
+                    "--val-tokens", "1024", "--device", "cpu", "--json"], installed["root"], installed["env"]))
     result = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
     expected = SupernetScorer(run_dir, val_tokens=1024, batch_size=64, prefix_cache=False, device="cpu")
     assert result["arch"] == "csfgcs"

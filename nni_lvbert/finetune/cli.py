@@ -1,9 +1,7 @@
 """`lvbert finetune` (one task) and `lvbert glue` (every GLUE task found in a folder)."""
 from __future__ import annotations
 
-import json
-
-from ..cliargs import DeprecatedAlias, add_compile_arg, add_out_arg, add_resume_args
+from ..cliargs import DeprecatedAlias, add_compile_arg, add_json_arg, add_out_arg, add_resume_args
 
 
 def _common(p, default_out: str) -> None:
@@ -44,6 +42,7 @@ def _common(p, default_out: str) -> None:
                    help="keep each fine-tuned model: OUT/<task>/seed<k>/model/ (loads with from_pretrained)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     add_resume_args(p, "skip finished task×seed runs and continue an interrupted one")
+    add_json_arg(p)
 
 
 def register(sub) -> None:
@@ -80,15 +79,13 @@ def register(sub) -> None:
         g.set_defaults(func=run_glue)
 
 
-def _print(summary: dict) -> int:
+def _print(summary: dict) -> dict:
     if not summary:  # a DDP rank > 0: rank 0 reports
-        return 0
-    print(json.dumps({"glue_score": summary["glue_score"],
-                      **{t: round(r["score_median"], 2) for t, r in summary["tasks"].items()}}))
-    return 0
+        return {}
+    return {"glue_score": summary["glue_score"], **{t: round(r["score_median"], 2) for t, r in summary["tasks"].items()}}
 
 
-def run_finetune(args) -> int:
+def run_finetune(args) -> dict:
     from ..cliargs import options_from_args
     from .run import FinetuneOptions, finetune
 
@@ -96,7 +93,7 @@ def run_finetune(args) -> int:
     return _print(finetune(opts))
 
 
-def run_glue(args) -> int:
+def run_glue(args) -> dict:
     from ..cliargs import options_from_args
     from .run import FinetuneOptions, finetune
     from .tasks import find_glue_tasks, glue_name

@@ -1,11 +1,9 @@
 """`lvbert iot train|eval`: instance-wise layer order (IOT) over M candidate orders sharing supernet weights."""
 from __future__ import annotations
 
-import json
-
 
 def register(sub) -> None:
-    from ..cliargs import add_data_args, add_out_arg, add_training_args
+    from ..cliargs import add_data_args, add_json_arg, add_out_arg, add_training_args
     from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 
     p = sub.add_parser("iot", help="instance-wise layer order: route each sequence to one of M candidate orders")
@@ -50,26 +48,26 @@ def register(sub) -> None:
     e.add_argument("--val-batches", type=int, default=None, help="only the first N validation batches")
     e.add_argument("--no-save", action="store_true", help="do not write RUN_DIR/eval.json")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_json_arg(e)
     e.set_defaults(func=run_eval)
     p.set_defaults(func=lambda args: p.print_help() or 2)
 
 
-def run_train(args) -> int:
+def run_train(args) -> dict:
     from ..cliargs import options_from_args
     from .train import IOTOptions, train_iot
 
     meta = train_iot(options_from_args(IOTOptions, args))
-    if meta:
-        f = meta["final"]
-        print(json.dumps({"run_dir": meta["run_dir"], "steps": meta["steps"], "orders": meta["orders"],
-                          "routed_val_mlm_acc": round(f["routed"]["val_mlm_acc"], 4),
-                          "best_single_val_mlm_acc": round(f["best_single"]["val_mlm_acc"], 4),
-                          "usage": [round(o["usage"], 3) for o in f["orders"]],
-                          "train_seconds": round(meta["train_seconds"], 1)}))
-    return 0
+    if not meta:  # a DDP rank > 0
+        return {}
+    f = meta["final"]
+    return {"run_dir": meta["run_dir"], "steps": meta["steps"], "orders": meta["orders"],
+            "routed_val_mlm_acc": round(f["routed"]["val_mlm_acc"], 4),
+            "best_single_val_mlm_acc": round(f["best_single"]["val_mlm_acc"], 4),
+            "usage": [round(o["usage"], 3) for o in f["orders"]], "train_seconds": round(meta["train_seconds"], 1)}
 
 
-def run_eval(args) -> int:
+def run_eval(args) -> dict:
     from pathlib import Path
 
     from ..errors import UserError
@@ -97,5 +95,4 @@ def run_eval(args) -> int:
     stats = {"run_dir": str(args.out), "data": str(data.path), **stats}
     if not args.no_save:
         RunDir(args.out, "IOT").write_json("eval.json", stats)
-    print(json.dumps(stats, indent=2))
-    return 0
+    return stats

@@ -2,8 +2,6 @@
 Hugging Face model directories (RUN/hf, RUN/hf-generator)."""
 from __future__ import annotations
 
-import json
-
 from ..cliargs import add_data_args, add_out_arg, add_training_args
 
 
@@ -38,14 +36,13 @@ def register(sub) -> None:
     p.set_defaults(func=run_pretrain)
 
 
-def run_pretrain(args) -> int:
+def run_pretrain(args) -> dict:
     from ..cliargs import options_from_args
     from .train import PretrainOptions, train_pretrain
 
     meta = train_pretrain(options_from_args(PretrainOptions, args))
-    if meta:
-        final = {k: round(v, 4) for k, v in meta["final"].items() if k != "step" and isinstance(v, float)}
-        print(json.dumps({"run_dir": meta["run_dir"], "arch": meta["arch"], "objective": meta["objective"],
-                          "steps": meta["steps"], "final": final, **meta["hf"],
-                          "train_seconds": round(meta["train_seconds"], 1)}))
-    return 0
+    if not meta:  # a DDP rank > 0
+        return {}
+    final = {k: round(v, 4) for k, v in meta["final"].items() if k != "step" and isinstance(v, float)}
+    return {"run_dir": meta["run_dir"], "arch": meta["arch"], "objective": meta["objective"], "steps": meta["steps"],
+            "final": final, **meta["hf"], "train_seconds": round(meta["train_seconds"], 1)}

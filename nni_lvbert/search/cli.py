@@ -41,7 +41,7 @@ EXPORT_OUT = "runs/search-nnictl"  # `search export --out` default
 
 
 def register(sub) -> None:
-    from ..cliargs import DeprecatedAlias, add_out_arg, add_resume_args
+    from ..cliargs import DeprecatedAlias, add_json_arg, add_out_arg, add_resume_args
     from .run import SearchOptions
 
     d = SearchOptions()
@@ -72,6 +72,7 @@ def register(sub) -> None:
     s.add_argument("--device", default=d.device, help="auto (GPU if visible) | cpu | cuda[:N] | mps (default auto)")
     add_resume_args(r, "continue an interrupted search in --out with its stored options")
     r.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add_json_arg(r)
     r.set_defaults(func=run_cmd)
 
     sc = ssub.add_parser("score", help="inherited-weight MLM accuracy of one architecture")
@@ -83,6 +84,7 @@ def register(sub) -> None:
                     help=f"validation sequences per batch (default {BATCH_SIZE})")
     sc.add_argument("--data", default=None)
     sc.add_argument("--device", default="auto", help="auto (GPU if visible) | cpu | cuda[:N] | mps (default auto)")
+    add_json_arg(sc)
     sc.set_defaults(func=score_cmd)
 
     sj = ssub.add_parser("space-json", help="print the nnictl search space generated from the NNI ModelSpace")
@@ -115,6 +117,7 @@ def register(sub) -> None:
     for name in ("population", "iterations", "topk", "crossover", "mutation", "max-params", "max-flops"):
         n.add_argument(f"--{name}", type=int, default=None)
     n.add_argument("--mutation-prob", type=float, default=None)
+    add_json_arg(n)
     n.set_defaults(func=nnictl_cmd)
 
     e = ssub.add_parser("export", help="best trial of an nnictl experiment -> best_arch.json")
@@ -124,26 +127,26 @@ def register(sub) -> None:
     e.add_argument("--out", default=EXPORT_OUT, metavar="DIR",
                    help=f"directory to write best_arch.json into (default {EXPORT_OUT}; a FILE.json is the "
                         "deprecated spelling of the file itself)")
+    add_json_arg(e)
     e.set_defaults(func=export_cmd)
 
     p.set_defaults(func=lambda args: p.print_help() or 2)
 
 
-def run_cmd(args) -> int:
+def run_cmd(args) -> dict:
     from ..cliargs import options_from_args
     from .run import SearchOptions, run_search
 
     opts = options_from_args(SearchOptions, args, evolution=evolution_from_args(args))
     opts.given = sorted(set(opts.given) | (args.given & {name for name, _ in EVOLUTION_FLAGS}))
     result = run_search(opts)
-    print(json.dumps({"best_arch": f"{opts.out}/best_arch.json", "compact": result["compact"],
-                      "score": round(result["score"], 6), "strategy": result["strategy"],
-                      "strategies": {k: {"score": round(v["score"], 6), "evaluations": v["evaluations"],
-                                         "seconds": v["seconds"]} for k, v in result["strategies"].items()}}))
-    return 0
+    return {"best_arch": f"{opts.out}/best_arch.json", "compact": result["compact"],
+            "score": round(result["score"], 6), "strategy": result["strategy"],
+            "strategies": {k: {"score": round(v["score"], 6), "evaluations": v["evaluations"],
+                               "seconds": v["seconds"]} for k, v in result["strategies"].items()}}
 
 
-def score_cmd(args) -> int:
+def score_cmd(args) -> dict:
     from .scorer import score_cli
 
     return score_cli(args)
@@ -157,7 +160,7 @@ def space_json_cmd(args) -> int:
     return 0
 
 
-def nnictl_cmd(args) -> int:
+def nnictl_cmd(args) -> dict:
     from .nnictl import DEFAULT_CONFIG, create, resume
 
     from ..errors import UserError
@@ -176,7 +179,7 @@ def nnictl_cmd(args) -> int:
     return create(args)
 
 
-def export_cmd(args) -> int:
+def export_cmd(args) -> dict:
     from ..errors import UserError
     from .nnictl import export
 

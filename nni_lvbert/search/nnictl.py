@@ -101,7 +101,7 @@ def derived_config(config: Path, supernet: Path, overrides: dict, workdir: Path 
     return data
 
 
-def create(args) -> int:
+def create(args) -> dict:
     """`lvbert search nnictl`: checks, derived config, `nnictl create`."""
     import yaml
 
@@ -143,13 +143,11 @@ def create(args) -> int:
     env["LVBERT_SUPERNET"] = str(supernet.resolve())
     exp_id = _run_nnictl([_nnictl(), "create", "--config", str(derived), "--port", str(args.port)], env,
                          f"nnictl create failed: {{}} (config {derived})")
-    print(json.dumps({"experiment": exp_id, "web_ui": f"http://{args.host}:{args.port}", "config": str(derived),
-                      "stop": f"nnictl stop {exp_id}",
-                      "export": f"lvbert search export --experiment {exp_id} --supernet {supernet}"}))
-    return 0
+    return {"experiment": exp_id, "web_ui": f"http://{args.host}:{args.port}", "config": str(derived),
+            "stop": f"nnictl stop {exp_id}", "export": f"lvbert search export --experiment {exp_id} --supernet {supernet}"}
 
 
-def resume(args) -> int:
+def resume(args) -> dict:
     """`lvbert search nnictl --resume ID`: `nnictl resume` with the port checked and the web UI on 127.0.0.1.
 
     The tuner replays Algorithm 1 from the finished trials' scores (nothing is scored twice); trials that were
@@ -159,9 +157,8 @@ def resume(args) -> int:
     env = _localhost_env(exp_dir.parent, args.host)
     cmd = [_nnictl(), "resume", args.resume, "--port", str(args.port), "--experiment_dir", str(exp_dir.parent)]
     exp_id = _run_nnictl(cmd, env, f"nnictl resume {args.resume} failed: {{}}")
-    print(json.dumps({"experiment": exp_id, "web_ui": f"http://{args.host}:{args.port}",
-                      "stop": f"nnictl stop {exp_id}", "export": f"lvbert search export --experiment {exp_id}"}))
-    return 0
+    return {"experiment": exp_id, "web_ui": f"http://{args.host}:{args.port}", "stop": f"nnictl stop {exp_id}",
+            "export": f"lvbert search export --experiment {exp_id}"}
 
 
 def _check_port(port: int) -> None:
@@ -205,7 +202,7 @@ def read_trials(exp_dir: Path) -> tuple[list[dict], dict]:
     return trials, config
 
 
-def export(args) -> int:
+def export(args) -> dict:
     """`lvbert search export`: the best trial of an nnictl experiment as best_arch.json."""
     from ..arch import parse_arch, to_compact, to_dict
     from ..info import param_counts
@@ -253,9 +250,7 @@ def export(args) -> int:
                        "trials_with_metric": len(trials)},
     }
     write_json(out, result)
-    print(json.dumps({"out": str(out), "compact": result["compact"], "score": result["score"],
-                      "trial": best["trial"]}))
-    return 0
+    return {"out": str(out), "compact": result["compact"], "score": result["score"], "trial": best["trial"]}
 
 
 def read_trial_db(exp_dir: Path) -> tuple[dict, dict, dict]:

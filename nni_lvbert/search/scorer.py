@@ -17,7 +17,6 @@ split, until at least `val_tokens` tokens. Everything happens in one process on 
 """
 from __future__ import annotations
 
-import json
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -276,7 +275,7 @@ class SupernetScorer:
                 "steps": self.meta.get("steps"), "final_val_mlm_acc": self.meta.get("final_val_mlm_acc")}
 
 
-def score_cli(args) -> int:
+def score_cli(args) -> dict:
     """`lvbert search score`: the inherited-weight MLM accuracy of one architecture."""
     scorer = SupernetScorer(args.supernet, val_tokens=args.val_tokens, batch_size=args.batch_size, data=args.data,
                             prefix_cache=False, device=args.device)
@@ -284,9 +283,8 @@ def score_cli(args) -> int:
 
     arch = scorer.parse(args.arch)
     score = scorer.score(arch)
-    print(json.dumps({"arch": arch.compact, "mlm_acc": score, **CostModel(scorer.cfg, scorer.spec).describe(arch),
-                      "val_tokens": scorer.val_stats["tokens"], "masked_tokens": scorer.val_stats["masked_tokens"]}))
-    return 0
+    return {"arch": arch.compact, "mlm_acc": score, **CostModel(scorer.cfg, scorer.spec).describe(arch),
+            "val_tokens": scorer.val_stats["tokens"], "masked_tokens": scorer.val_stats["masked_tokens"]}
 
 
 def model_accuracy(model, batches) -> float:

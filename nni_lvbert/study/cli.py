@@ -1,8 +1,6 @@
 """`lvbert study ranking | search | downstream`: does the search find better BERTs? (see nni_lvbert/study/)."""
 from __future__ import annotations
 
-import json
-
 STUDIES = {
     "ranking": ("nni_lvbert.study.ranking", "RankingOptions", "run_ranking",
                 "inherited-weight vs stand-alone ranking: Kendall tau / Spearman rho with bootstrap intervals"),
@@ -25,7 +23,7 @@ def register(sub) -> None:
 
 
 def _common(p, name: str) -> None:
-    from ..cliargs import DeprecatedAlias, add_out_arg, add_resume_args
+    from ..cliargs import DeprecatedAlias, add_json_arg, add_out_arg, add_resume_args
     from .common import BUDGETS
 
     add_out_arg(p, f"runs/study-{name}", "study directory")
@@ -35,6 +33,7 @@ def _common(p, name: str) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     add_resume_args(p, "continue the study in --out with its stored options (finished parts are kept)")
+    add_json_arg(p)
     if name == "search":
         from ..search.defaults import VAL_TOKENS
 
@@ -114,7 +113,7 @@ def _downstream_args(p) -> None:
                    help="cap on steps per fine-tuning run")
 
 
-def run_study(args) -> int:
+def run_study(args) -> dict:
     import importlib
 
     from ..cliargs import options_from_args
@@ -126,5 +125,4 @@ def run_study(args) -> int:
         args.val_tokens = options.val_tokens
     result = getattr(mod, fn)(options_from_args(options, args))
     keys = ("kendall_tau", "kendall_tau_ci95", "spearman_rho", "spearman_rho_ci95", "n", "seeds", "budget")
-    print(json.dumps({"study": args.study, "out": args.out, **{k: result[k] for k in keys if k in result}}))
-    return 0
+    return {"study": args.study, "out": args.out, **{k: result[k] for k in keys if k in result}}

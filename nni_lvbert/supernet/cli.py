@@ -1,8 +1,6 @@
 """`lvbert supernet train`: SPOS pre-training of the supernet on MLM."""
 from __future__ import annotations
 
-import json
-
 from ..cliargs import add_data_args, add_out_arg, add_training_args
 
 
@@ -25,14 +23,14 @@ def register(sub) -> None:
     p.set_defaults(func=lambda args: p.print_help() or 2)
 
 
-def run_train(args) -> int:
+def run_train(args) -> dict:
     from ..cliargs import options_from_args
     from .train import SupernetOptions, train_supernet
 
     meta = train_supernet(options_from_args(SupernetOptions, args))
-    if meta:
-        acc = meta.get("final_val_mlm_acc")
-        print(json.dumps({"run_dir": meta["run_dir"], "steps": meta["steps"],
-                          "final_val_mlm_acc": round(acc, 4) if acc is not None else None,
-                          "train_seconds": round(meta["train_seconds"], 1)}))
-    return 0
+    if not meta:  # a DDP rank > 0
+        return {}
+    acc = meta.get("final_val_mlm_acc")
+    return {"run_dir": meta["run_dir"], "steps": meta["steps"],
+            "final_val_mlm_acc": round(acc, 4) if acc is not None else None,
+            "train_seconds": round(meta["train_seconds"], 1)}
