@@ -55,28 +55,36 @@ def add_data_args(p, scratch: str = "") -> None:
 def add_training_args(t, title: str, dropout_help: str | None = None) -> None:
     """Optimisation, hardware and resume options shared by the Lightning trainings (supernet, IOT, ...)."""
     g = t.add_argument_group(title)
-    g.add_argument("--lr", type=float, default=None)
-    g.add_argument("--warmup-steps", type=int, default=None)
-    g.add_argument("--max-steps", type=int, default=None)
+    g.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the size's preset)")
+    g.add_argument("--warmup-steps", type=int, default=None, help="linear warm-up steps (default: the size's preset)")
+    g.add_argument("--max-steps", type=int, default=None, help="training steps (default: the size's preset)")
     g.add_argument("--batch-size", type=int, default=None, help="global batch size (split over devices)")
-    g.add_argument("--dropout", type=float, default=None, help=dropout_help)
-    g.add_argument("--weight-decay", type=float, default=_DEFAULTS.weight_decay)
+    g.add_argument("--dropout", type=float, default=None, help=dropout_help or "dropout (default: the size's preset)")
+    g.add_argument("--weight-decay", type=float, default=_DEFAULTS.weight_decay,
+                   help=f"AdamW weight decay, not on biases and LayerNorm (default {_DEFAULTS.weight_decay:g})")
     g.add_argument("--val-every", type=int, default=None, help="validate every N steps")
     g.add_argument("--val-batches", type=int, default=None, help="validation batches per check")
     g.add_argument("--ckpt-every", type=int, default=None, help="write checkpoints/last.ckpt every N steps")
+    add_hardware_args(t)
+    add_resume_args(t, "continue from checkpoints/last.ckpt with the run directory's options")
+    t.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add_json_arg(t)
+
+
+def add_hardware_args(t) -> None:
+    """Where a Lightning training runs (every training command: supernet, IOT, pretrain, finetune/glue)."""
     h = t.add_argument_group("hardware (Lightning; may change when resuming)")
     h.add_argument("--accelerator", default=_DEFAULTS.accelerator, help="cpu | gpu | auto")
-    h.add_argument("--devices", default=_DEFAULTS.devices, help="devices per node (DDP when > 1)")
+    h.add_argument("--devices", default=_DEFAULTS.devices, help="devices per node (DDP when > 1; the global batch "
+                                                                "is split over them)")
     h.add_argument("--num-nodes", type=int, default=_DEFAULTS.num_nodes, help="nodes (torchrun / SLURM)")
     h.add_argument("--ddp-strategy", "--strategy", dest="ddp_strategy", default=None, action=DeprecatedAlias,
                    old="--strategy", new="--ddp-strategy",
                    help="Lightning strategy (default ddp_find_unused_parameters_true with more than one device)")
     h.add_argument("--precision", default=None, help="32-true | bf16-mixed (default bf16-mixed on GPU)")
-    h.add_argument("--num-workers", type=int, default=_DEFAULTS.num_workers)
+    h.add_argument("--num-workers", type=int, default=_DEFAULTS.num_workers,
+                   help=f"data-loader worker processes (default {_DEFAULTS.num_workers})")
     add_compile_arg(h)
-    add_resume_args(t, "continue from checkpoints/last.ckpt with the run directory's options")
-    t.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    add_json_arg(t)
 
 
 def add_compile_arg(g) -> None:

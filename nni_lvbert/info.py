@@ -49,6 +49,8 @@ def describe(arch, size: str, space: SpaceSpec, **overrides) -> dict:
 
 
 def register(sub) -> None:
+    from .cliargs import add_json_arg
+
     p = sub.add_parser("info", help="parameter counts of an architecture at a model size")
     p.add_argument("--arch", required=True, help="compact string (ccsf...), digits (0/1/2), name "
                    "(bert, dynamicconv, sandwich, lvbert-small), NNI dict JSON or a best_arch.json path")
@@ -56,7 +58,7 @@ def register(sub) -> None:
     p.add_argument("--space", default="lvbert", help="search-space name or YAML path (default: lvbert)")
     p.add_argument("--vocab-size", type=int, default=None, help="override the size's vocabulary")
     p.add_argument("--sharing", choices=["none", "type"], default=None, help="cross-layer sharing (ALBERT)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_arg(p)
     p.set_defaults(func=run)
 
 

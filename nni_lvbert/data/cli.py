@@ -12,7 +12,7 @@ DOC_BY_HELP = ("text files: what one document is; auto (default): blank-line-sep
 
 
 def register(subparsers) -> None:
-    from ..cliargs import DeprecatedAlias
+    from ..cliargs import DeprecatedAlias, add_json_arg
 
     data = subparsers.add_parser("data", help="prepare corpus, tokenizer and cached MLM splits",
                                  description="Data pipeline commands.")
@@ -41,7 +41,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-docs", type=int, metavar="N", help="use only the first N documents (quick runs)")
     p.add_argument("--num-proc", type=int, metavar="N", help="worker processes for tokenizing (default: automatic)")
     p.add_argument("--cache-dir", metavar="DIR", help="cache root (default $LVBERT_CACHE or ~/.cache/nni-lvbert)")
-    p.add_argument("--json", action="store_true", help="print the prepared entry's metadata as JSON")
+    add_json_arg(p)
     p.set_defaults(func=run_prepare)
 
 

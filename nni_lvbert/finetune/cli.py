@@ -1,7 +1,7 @@
 """`lvbert finetune` (one task) and `lvbert glue` (every GLUE task found in a folder)."""
 from __future__ import annotations
 
-from ..cliargs import DeprecatedAlias, add_compile_arg, add_json_arg, add_out_arg, add_resume_args
+from ..cliargs import DeprecatedAlias, add_hardware_args, add_json_arg, add_out_arg, add_resume_args
 
 
 def _common(p, default_out: str) -> None:
@@ -17,27 +17,19 @@ def _common(p, default_out: str) -> None:
     r.add_argument("--lr", type=float, default=None,
                    help="peak lr (default 3e-4; hidden size >= 768: 1e-4, 2e-4 on SQuAD)")
     r.add_argument("--epochs", type=float, default=None, help="default: 10 for RTE and STS-B, 2 for SQuAD, 3 otherwise")
-    r.add_argument("--batch-size", type=int, default=d.batch_size)
+    r.add_argument("--batch-size", type=int, default=d.batch_size, help=f"global batch size (default {d.batch_size})")
     r.add_argument("--max-length", type=int, default=d.max_length, help="sequence length (pairs truncated)")
-    r.add_argument("--warmup-fraction", type=float, default=d.warmup_fraction)
-    r.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    r.add_argument("--warmup-fraction", type=float, default=d.warmup_fraction,
+                   help=f"share of the steps warming up linearly (default {d.warmup_fraction:g})")
+    r.add_argument("--weight-decay", type=float, default=d.weight_decay, help=f"default {d.weight_decay:g}")
     r.add_argument("--layer-decay", type=float, default=d.layer_decay,
                    help="layer-wise lr decay per block of two slots (1 = off)")
-    r.add_argument("--adam-eps", type=float, default=d.adam_eps)
+    r.add_argument("--adam-eps", type=float, default=d.adam_eps, help=f"AdamW epsilon (default {d.adam_eps:g})")
     r.add_argument("--max-steps", type=int, default=None, help="cap on training steps per run (quick runs)")
     r.add_argument("--max-train-examples", type=int, default=None, help="use the first N training examples")
     r.add_argument("--ckpt-every", type=int, default=None, help="checkpoint every N steps (default: per epoch, "
                                                                 "at most 500)")
-    h = p.add_argument_group("hardware (may change when resuming)")
-    h.add_argument("--accelerator", default=d.accelerator, help="cpu | gpu | auto")
-    h.add_argument("--devices", default=d.devices, help="devices per node (DDP when > 1; the global --batch-size is "
-                   "split over them)")
-    h.add_argument("--num-nodes", type=int, default=d.num_nodes, help="nodes (torchrun / SLURM)")
-    h.add_argument("--ddp-strategy", default=None, help="Lightning strategy (default "
-                   "ddp_find_unused_parameters_true with more than one device)")
-    h.add_argument("--precision", default=None, help="32-true | bf16-mixed (default bf16-mixed on GPU)")
-    h.add_argument("--num-workers", type=int, default=d.num_workers)
-    add_compile_arg(h)
+    add_hardware_args(p)
     p.add_argument("--save-model", action="store_true",
                    help="keep each fine-tuned model: OUT/<task>/seed<k>/model/ (loads with from_pretrained)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
@@ -56,10 +48,11 @@ def register(sub) -> None:
                        help="GLUE folder, or a folder with train.*/dev.* (csv, tsv, jsonl, parquet), or a train file; "
                             "SQuAD: train-v1.1.json (dev-v1.1.json beside it) or their folder (v2.0 likewise)")
         p.add_argument("--dev-data", default=None, metavar="FILE", help="dev file when --data is a train file")
-        p.add_argument("--text-column", default=None)
-        p.add_argument("--text-pair-column", default=None)
-        p.add_argument("--label-column", default=None)
-        p.add_argument("--task-type", default="classification", choices=["classification", "regression"])
+        p.add_argument("--text-column", default=None, help="your files: the column of the (first) text")
+        p.add_argument("--text-pair-column", default=None, help="your files: the column of the second text, if any")
+        p.add_argument("--label-column", default=None, help="your files: the label column")
+        p.add_argument("--task-type", default="classification", choices=["classification", "regression"],
+                       help="your files: what the labels are (default classification)")
         q = p.add_argument_group("extractive QA (squad, squad_v2)")
         q.add_argument("--max-query-length", type=int, default=64, help="question tokens kept (default 64)")
         q.add_argument("--doc-stride", type=int, default=128, help="tokens between window starts (default 128)")

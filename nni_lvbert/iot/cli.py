@@ -36,7 +36,7 @@ def register(sub) -> None:
     i.add_argument("--c2", type=float, default=C2, help=f"weight of L_S = -mean KL(uniform || p_x) (default {C2})")
     i.add_argument("--clamp", type=float, default=CLAMP, help=f"probability clamp before Gumbel (default {CLAMP})")
     i.add_argument("--no-gumbel", dest="gumbel", action="store_false", help="no Gumbel noise (deterministic weights)")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=int, default=0, help="seed of the batches, Gumbel noise and initialisation")
     add_training_args(t, "optimisation (defaults: tiny preset for tiny models, else continued pre-training)",
                       dropout_help="from scratch only")
     t.set_defaults(func=run_train)
@@ -44,7 +44,7 @@ def register(sub) -> None:
     e = isub.add_parser("eval", help="order usage and validation MLM accuracy per order vs routed (JSON)")
     add_out_arg(e, "runs/iot", "a finished `lvbert iot train` directory (eval.json is written there)")
     e.add_argument("--data", default=None, metavar="DIR", help="prepared data directory (default: the run's)")
-    e.add_argument("--batch-size", type=int, default=64)
+    e.add_argument("--batch-size", type=int, default=64, help="validation sequences per batch (default 64)")
     e.add_argument("--val-batches", type=int, default=None, help="only the first N validation batches")
     e.add_argument("--no-save", action="store_true", help="do not write RUN_DIR/eval.json")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")

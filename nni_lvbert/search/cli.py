@@ -51,7 +51,7 @@ def register(sub) -> None:
     r = ssub.add_parser("run", help="search in process: best_arch.json, history.jsonl, search_curve.png")
     r.add_argument("--supernet", default=d.supernet, help=f"supernet run directory (default {d.supernet})")
     add_search_strategy_arg(r)
-    r.add_argument("--seed", type=int, default=d.seed)
+    r.add_argument("--seed", type=int, default=d.seed, help=f"seed of the search's draws (default {d.seed})")
     add_out_arg(r, d.out)
     r.add_argument("--space", default=None, help="expected search space (checked against the supernet's)")
     add_evolution_args(r)
@@ -82,7 +82,8 @@ def register(sub) -> None:
                     help=f"validation tokens the architecture is scored on (default {VAL_TOKENS})")
     sc.add_argument("--batch-size", type=int, default=BATCH_SIZE,
                     help=f"validation sequences per batch (default {BATCH_SIZE})")
-    sc.add_argument("--data", default=None)
+    sc.add_argument("--data", default=None, metavar="DIR",
+                    help="prepared data directory (default: the one in the supernet's meta.json)")
     sc.add_argument("--device", default="auto", help="auto (GPU if visible) | cpu | cuda[:N] | mps (default auto)")
     add_json_arg(sc)
     sc.set_defaults(func=score_cmd)
@@ -101,22 +102,23 @@ def register(sub) -> None:
     n.add_argument("--config", default=None, help="nnictl config (default: the packaged search.yml)")
     n.add_argument("--resume", dest="resume_id", default=None, metavar="ID",
                    help="deprecated spelling of `resume ID`")
-    n.add_argument("--supernet", default="runs/supernet")
-    n.add_argument("--port", type=int, default=8080)
+    n.add_argument("--supernet", default="runs/supernet", help="supernet run directory (default runs/supernet)")
+    n.add_argument("--port", type=int, default=8080, help="web UI / REST API port (default 8080)")
     n.add_argument("--host", default="127.0.0.1", help="interface for the web UI / REST API (default 127.0.0.1)")
     n.add_argument("--max-trials", type=int, default=None, help="override maxTrialNumber")
     n.add_argument("--concurrency", type=int, default=None, help="override trialConcurrency")
     n.add_argument("--out", "--workdir", dest="out", default=None, metavar="DIR", action=DeprecatedAlias,
                    old="--workdir", new="--out", help="experiment working directory (default: the config's)")
-    n.add_argument("--seed", type=int, default=None)
-    n.add_argument("--val-tokens", type=int, default=None)
+    n.add_argument("--seed", type=int, default=None, help="override the tuner's seed")
+    n.add_argument("--val-tokens", type=int, default=None,
+                   help=f"validation tokens per trial (default {VAL_TOKENS})")
     n.add_argument("--trial-threads", type=int, default=None, help="torch threads per trial")
     n.add_argument("--trial-gpus", type=int, default=None,
                    help="GPUs per trial (trialGpuNumber); without it NNI hides the GPUs from trials, which then "
                         "score on the CPU")
     for name in ("population", "iterations", "topk", "crossover", "mutation", "max-params", "max-flops"):
-        n.add_argument(f"--{name}", type=int, default=None)
-    n.add_argument("--mutation-prob", type=float, default=None)
+        n.add_argument(f"--{name}", type=int, default=None, help="override the config's tuner argument")
+    n.add_argument("--mutation-prob", type=float, default=None, help="override the config's tuner argument")
     add_json_arg(n)
     n.set_defaults(func=nnictl_cmd)
 

@@ -1,0 +1,98 @@
+"""The command-line reference (docs/cli.md), generated from the parsers `lvbert` itself runs.
+
+    python -m nni_lvbert.clidoc            # print it
+    python -m nni_lvbert.clidoc --write    # write docs/cli.md (tests/test_cli_reference.py fails when it drifts)
+
+One section per command that runs something (`lvbert supernet train`, ...): its help line and a table of its
+options with their defaults; a flag's earlier spelling, still accepted for one release, is named beside it.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REFERENCE = Path("docs") / "cli.md"  # relative to the repository root
+HEADER = """# Command-line reference
+
+Generated from the parsers by `python -m nni_lvbert.clidoc --write`; do not edit by hand
+(`tests/test_cli_reference.py` fails when this page and the commands disagree). Every command that prints a result
+takes `--json` (one JSON object instead of one `field  value` line per field). Old spellings still work for one
+release and print a `note:` line naming the new one.
+"""
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(command words, parser, help) of every leaf command, in the order `lvbert --help` lists them."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if sub is None:
+        yield path, parser
+        return
+    for name, child in sub.choices.items():
+        yield from _commands(child, (*path, name))
+
+
+def _cell(text) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _flags(action: argparse.Action) -> str:
+    old = getattr(action, "old", None)
+    names = [s for s in action.option_strings if s != old] or list(action.option_strings)
+    shown = action.metavar or ("{" + ",".join(map(str, action.choices)) + "}" if action.choices else action.dest.upper())
+    metavar = "" if action.nargs == 0 else f" {shown}"
+    if action.nargs in ("+", "*"):
+        metavar += " ..."
+    if not action.option_strings:  # a positional
+        return f"`{action.metavar or action.dest}`"
+    return ", ".join(f"`{n}{metavar}`" for n in names) + (f" (was `{old}`)" if old else "")
+
+
+def _default(action: argparse.Action) -> str:
+    if action.nargs == 0 or action.default in (None, argparse.SUPPRESS) or action.required:
+        return ""
+    value = action.default
+    if isinstance(value, (list, tuple)):
+        value = " ".join(map(str, value))
+    return f"`{value}`"
+
+
+def reference() -> str:
+    from .cli import build_parser
+
+    root = build_parser()
+    helps = {}
+    for path, _ in _commands(root):  # the one-line help each parent shows for its children
+        parent = root
+        for word in path[:-1]:
+            parent = next(a for a in parent._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
+        sub = next(a for a in parent._actions if isinstance(a, argparse._SubParsersAction))
+        helps[path] = next((c.help for c in sub._choices_actions if c.dest == path[-1]), "") or ""
+    sections = [HEADER.rstrip()]
+    for path, parser in _commands(root):
+        lines = [f"## `lvbert {' '.join(path)}`", "", _cell(helps[path] or parser.description or "")]
+        rows = [a for a in parser._actions if not isinstance(a, argparse._HelpAction) and a.help != argparse.SUPPRESS]
+        if rows:
+            lines += ["", "| option | default | meaning |", "|---|---|---|"]
+            lines += [f"| {_flags(a)} | {_default(a)} | {_cell(a.help or '')} |" for a in rows]
+        sections.append("\n".join(lines))
+    return "\n\n".join(sections) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m nni_lvbert.clidoc", description=__doc__.splitlines()[0])
+    p.add_argument("--write", action="store_true", help=f"write {REFERENCE} (run from the repository root)")
+    args = p.parse_args(argv)
+    text = reference()
+    if args.write:
+        from .atomic import write_text
+
+        write_text(REFERENCE, text)
+        print(f"wrote {REFERENCE}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
