@@ -128,6 +128,13 @@ def print_result(result: dict, as_json: bool) -> None:
         print(f"{key:<{width}}  {_shown(value)}")
 
 
+def run_training(args, options_cls, train, summary) -> dict:
+    """A training command: its options from the command line, the run, and `summary(meta)` as its result (nothing
+    on a DDP rank > 0: rank 0 reports)."""
+    meta = train(options_from_args(options_cls, args))
+    return summary(meta) if meta else {}
+
+
 def options_from_args(cls, args, **extra):
     """`cls` (an options dataclass) from parsed args: every field with a same-named argument, plus `given` = the
     fields typed on the command line (what a resumed run checks against its stored options)."""

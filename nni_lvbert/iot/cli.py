@@ -54,12 +54,13 @@ def register(sub) -> None:
 
 
 def run_train(args) -> dict:
-    from ..cliargs import options_from_args
+    from ..cliargs import run_training
     from .train import IOTOptions, train_iot
 
-    meta = train_iot(options_from_args(IOTOptions, args))
-    if not meta:  # a DDP rank > 0
-        return {}
+    return run_training(args, IOTOptions, train_iot, summary)
+
+
+def summary(meta: dict) -> dict:
     f = meta["final"]
     return {"run_dir": meta["run_dir"], "steps": meta["steps"], "orders": meta["orders"],
             "routed_val_mlm_acc": round(f["routed"]["val_mlm_acc"], 4),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..errors import UserError
+from ..presets import presets
 from ..training import VAL_FRACTION, TrainOptions, Training, check_positive, prepare_data
 from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 
@@ -22,14 +23,7 @@ HPO_KEYS = {"tau": float, "tau_min": float, "tau_decay": float, "tau_every": int
 
 @dataclass
 class IOTOptions(TrainOptions):
-    # `tiny`: minutes on 2 CPU cores; `paper`: continued pre-training of a small-size supernet (our choice: the
-    # official IOT code trains NMT models, its schedule does not carry over to BERT pre-training).
-    PRESETS: ClassVar[dict[str, dict]] = {
-        "paper": dict(lr=1e-4, warmup_steps=1_000, max_steps=100_000, batch_size=128, dropout=0.1,
-                      val_every=5_000, val_batches=100, ckpt_every=1_000),
-        "tiny": dict(lr=1e-3, warmup_steps=20, max_steps=300, batch_size=32, dropout=0.0,
-                     val_every=100, val_batches=10, ckpt_every=50),
-    }
+    PRESETS: ClassVar[dict[str, dict]] = presets("iot")  # paper: continued pre-training of a small supernet
 
     out: str = "runs/iot"
     supernet: str | None = None  # start from this trained supernet run directory

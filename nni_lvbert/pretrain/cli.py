@@ -37,12 +37,13 @@ def register(sub) -> None:
 
 
 def run_pretrain(args) -> dict:
-    from ..cliargs import options_from_args
+    from ..cliargs import run_training
     from .train import PretrainOptions, train_pretrain
 
-    meta = train_pretrain(options_from_args(PretrainOptions, args))
-    if not meta:  # a DDP rank > 0
-        return {}
+    return run_training(args, PretrainOptions, train_pretrain, summary)
+
+
+def summary(meta: dict) -> dict:
     final = {k: round(v, 4) for k, v in meta["final"].items() if k != "step" and isinstance(v, float)}
     return {"run_dir": meta["run_dir"], "arch": meta["arch"], "objective": meta["objective"], "steps": meta["steps"],
             "final": final, **meta["hf"], "train_seconds": round(meta["train_seconds"], 1)}

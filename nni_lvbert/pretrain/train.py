@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..errors import UserError
+from ..presets import presets
 from ..rundir import RunDir
 from ..training import TrainOptions, Training
 
@@ -28,30 +29,10 @@ WEIGHTS = "pretrain.safetensors"
 CURVE = "pretrain_curve.png"
 DEFAULT_SIZE = "small"
 
-# LV-BERT Table 5 / ELECTRA configure_pretraining.py (small/medium lr 5e-4, base 2e-4 and batch 256; 1M steps,
-# 10k warm-up, dropout 0.1); generator hidden = 1/4 of the discriminator's for small, 1/3 for medium and base.
-_PAPER = dict(lr=5e-4, warmup_steps=10_000, max_steps=1_000_000, batch_size=128, dropout=0.1, val_every=10_000,
-              val_batches=100, ckpt_every=5_000, generator_fraction=0.25)
-
-
-_TINY = dict(lr=2e-3, warmup_steps=100, max_steps=1_000, batch_size=32, dropout=0.0, val_every=100, val_batches=20,
-             ckpt_every=100, generator_fraction=0.25)
-
 
 @dataclass
 class PretrainOptions(TrainOptions):
-    PRESETS: ClassVar[dict[str, dict]] = {
-        "paper": _PAPER,  # any size without its own entry (options.resume_from reads this key)
-        "small": _PAPER,
-        "medium": {**_PAPER, "generator_fraction": 1 / 3},
-        "base": {**_PAPER, "lr": 2e-4, "batch_size": 256, "generator_fraction": 1 / 3},
-        # CPU preset: minutes on 2 cores on the embedded corpus
-        "tiny": _TINY,
-        # ELECTRA at tiny learns at a quarter of MLM's lr: at 2e-3 the discriminator stays at the constant answer
-        # "original" (AUC 0.52 after 1,000 steps), even against a fixed unigram sampler in place of the generator;
-        # at 5e-4 its AUC rises steadily (README, "pre-training")
-        "tiny-electra": {**_TINY, "lr": 5e-4},
-    }
+    PRESETS: ClassVar[dict[str, dict]] = presets("pretrain")  # per size; tiny-electra: ELECTRA's tiny lr
 
     out: str = "runs/pretrain"
     arch: str | None = None  # any Arch spelling; stored as compact letters

@@ -24,12 +24,13 @@ def register(sub) -> None:
 
 
 def run_train(args) -> dict:
-    from ..cliargs import options_from_args
+    from ..cliargs import run_training
     from .train import SupernetOptions, train_supernet
 
-    meta = train_supernet(options_from_args(SupernetOptions, args))
-    if not meta:  # a DDP rank > 0
-        return {}
+    return run_training(args, SupernetOptions, train_supernet, summary)
+
+
+def summary(meta: dict) -> dict:
     acc = meta.get("final_val_mlm_acc")
     return {"run_dir": meta["run_dir"], "steps": meta["steps"],
             "final_val_mlm_acc": round(acc, 4) if acc is not None else None,

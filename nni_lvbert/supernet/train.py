@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..trainer import state_digest
+from ..presets import presets
 from ..training import TrainOptions, Training
 
 WEIGHTS = "supernet.safetensors"
@@ -16,13 +17,7 @@ WEIGHTS = "supernet.safetensors"
 
 @dataclass
 class SupernetOptions(TrainOptions):
-    # LV-BERT Table 5 for the paper sizes; `tiny` is sized for ~10 minutes on 2 CPU cores.
-    PRESETS: ClassVar[dict[str, dict]] = {
-        "paper": dict(lr=2e-4, warmup_steps=10_000, max_steps=2_000_000, batch_size=128, dropout=0.1,
-                      val_every=10_000, val_batches=100, ckpt_every=5_000),
-        "tiny": dict(lr=2e-3, warmup_steps=100, max_steps=1_500, batch_size=32, dropout=0.0,
-                     val_every=250, val_batches=20, ckpt_every=100),
-    }
+    PRESETS: ClassVar[dict[str, dict]] = presets("supernet")  # LV-BERT Table 5; tiny: ~10 min on 2 CPU cores
 
     out: str = "runs/supernet"
     space: str = "lvbert"
