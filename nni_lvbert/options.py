@@ -96,8 +96,18 @@ def given_fields(opts) -> set[str]:
     return out
 
 
+# Option names of the previous release, as run directories made by it store them (options.json): read under their
+# new names, so those runs resume as they were started. Drop with the deprecated flag spellings (cliargs).
+RENAMED = {"run_dir": "out", "steps": "max_steps", "archs": "num_archs", "seeds": "num_seeds",
+           "ft_seeds": "finetune_seeds", "ft_max_steps": "finetune_max_steps", "pretrain": "objective",
+           "supernet_steps": "supernet_max_steps", "pretrain_steps": "pretrain_max_steps"}
+
+
 def _from_dict(opts, stored: dict):
     """A copy of `opts` with the stored values (nested option dataclasses rebuilt from their dicts)."""
+    names = {f.name for f in dataclasses.fields(opts)}
+    stored = {(RENAMED[k] if k in RENAMED and k not in names and RENAMED[k] in names else k): v
+              for k, v in stored.items()}
     values = {}
     for f in dataclasses.fields(opts):
         if f.name not in stored or f.name == "given":
