@@ -1,6 +1,7 @@
 import os
 import socket
 import warnings
+from pathlib import Path
 
 XDIST_WORKER = bool(os.environ.get("PYTEST_XDIST_WORKER"))
 if XDIST_WORKER:
@@ -8,13 +9,14 @@ if XDIST_WORKER:
     # tests start, uses one thread: two processes with two threads each on two cores slow each other 10-40x.
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 if XDIST_WORKER:
     torch.set_num_threads(1)
 
-from nni_lvbert.config import ModelConfig
+from nni_lvbert.config import ModelConfig, SpaceSpec
 
 warnings.filterwarnings("ignore", message=".*is found to be not a nn.Module.*")
 
@@ -141,3 +143,142 @@ def kill9_when(args: list[str], condition, timeout: float = 240, watch=None):
         what = f"ran past {timeout} s" if timed_out else f"failed (exit {proc.returncode})"
         raise AssertionError(f"the command {what} before it could be killed; its stderr ends:\n{tail}")
     return killed_at
+
+
+# --- the tiny shared fixtures (HF model-tester style): data, a supernet, a model directory ---------------------------
+SLOTS = 6
+
+
+def tiny_spec(name: str = "tiny6", slots: int = SLOTS, candidates=("dc", "sa", "ff", "glu")) -> SpaceSpec:
+    return SpaceSpec(name=name, slots=slots, candidates=list(candidates), size="tiny")
+
+
+def prepare_tiny_data(root: Path):
+    from nni_lvbert.data import prepare
+
+    corpus = root / "corpus.txt"
+    if not corpus.exists():
+        corpus.write_text("\n\n".join(wiki_texts(160)) + "\n", encoding="utf-8")
+    return prepare([str(corpus)], "tiny", vocab_size=500, max_length=32, val_fraction=0.1,
+                   cache_dir=root / "cache")
+
+
+def build_tiny_supernet(run_dir: Path, data, spec: SpaceSpec | None = None, steps: int = 40, seed: int = 0,
+                        size: str = "tiny-test", **cfg_overrides) -> Path:
+    """Write a supernet run directory (weights, space, config, tokenizer, meta.json) for `spec`."""
+    from nni_lvbert.data.masking import mlm_collator
+    from nni_lvbert.space import LVBertSpace
+    from nni_lvbert.rundir import RunDir
+    from nni_lvbert.supernet.rundir import WEIGHTS
+    from nni_lvbert.supernet.strategy import SeededRandomOneShot
+
+    spec = spec or tiny_spec()
+    torch.manual_seed(seed)
+    cfg = tiny_config(vocab_size=data.vocab_size, **cfg_overrides)
+    space = LVBertSpace(spec, cfg)
+    SeededRandomOneShot().mutate_model(space)
+    if steps:
+        tok = data.tokenizer()
+        train = data.train_dataset()[:]
+        collate = mlm_collator(tok, 0.15, seed=seed)
+        opt = torch.optim.Adam(space.parameters(), lr=3e-3)
+        rng = np.random.default_rng(seed)
+        space.train()
+        for step in range(steps):
+            idx = rng.choice(len(train["input_ids"]), size=16, replace=False)
+            rows = [{"input_ids": train["input_ids"][i], "token_type_ids": train["token_type_ids"][i]} for i in idx]
+            batch = collate(rows)
+            for i, layer in enumerate(space.layers):
+                layer.resample(memo={layer.label: spec.candidates[int(rng.integers(len(spec.candidates)))]})
+            out = space(batch["input_ids"], batch.get("attention_mask"), batch["token_type_ids"], batch["labels"])
+            opt.zero_grad()
+            out.loss.backward()
+            opt.step()
+        space.eval()
+    run = RunDir(run_dir, "supernet")
+    run.path.mkdir(parents=True, exist_ok=True)
+    run.save_static(spec, cfg, data.tokenizer_dir)
+    run.save_weights(space, WEIGHTS)
+    run.write_json("meta.json", {
+        "run_dir": str(run_dir), "space": spec.to_dict(), "size": size, "seed": seed, "steps": steps,
+        "data": {"path": str(data.path)}, "final_val_mlm_acc": None,
+    })
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """Prepared data (vocab ~500, 32 tokens) and two supernet runs: `run` (6 slots of dc/sa/ff/glu, 30 SPOS steps)
+    and `other` (4 slots of dc/ff, untrained). Shared by every test file of a worker: copy before changing them."""
+    root = tmp_path_factory.mktemp("tiny")
+    data = prepare_tiny_data(root)
+    run = build_tiny_supernet(root / "supernet", data, steps=30)
+    other = build_tiny_supernet(root / "other", data, spec=tiny_spec("tiny4", 4, ("dc", "ff")), steps=0)
+    space_file = root / "tiny6.yaml"
+    space_file.write_text("name: tiny6\nslots: 6\ncandidates: [dc, sa, ff, glu]\nsize: tiny\n")
+    return {"root": root, "data": data, "run": run, "other": other, "space_file": space_file,
+            "tokenizer": data.tokenizer_dir}
+
+
+@pytest.fixture(scope="module")
+def scorer(tiny):
+    from nni_lvbert.search.scorer import SupernetScorer
+
+    return SupernetScorer(tiny["run"], val_tokens=2048, batch_size=32)
+
+
+def tiny_model_dir(root: Path) -> Path:
+    """A tiny LV-BERT model directory (4 slots dc/sa/ff/glu, hidden 32) with the tiny prepared data's tokenizer."""
+    from nni_lvbert.hf import LVBertForMaskedLM
+    from nni_lvbert.hf.convert import hf_config
+    from nni_lvbert.hf.save import save_hf_model
+
+    out = root / "model"
+    if not out.exists():
+        data = prepare_tiny_data(root)
+        torch.manual_seed(0)
+        cfg = tiny_config(vocab_size=data.vocab_size)
+        save_hf_model(LVBertForMaskedLM(hf_config(cfg, ["dc", "sa", "ff", "glu"])), tokenizer_dir=data.tokenizer_dir,
+                      out_dir=out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    """An exported model directory (what `lvbert export` / `lvbert pretrain` write); copy before changing it."""
+    return tiny_model_dir(tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    """An empty data cache per test file (its tests reuse what they prepared)."""
+    return tmp_path_factory.mktemp("cache")
+
+
+# --- the command line ---------------------------------------------------------------------------------------------
+def run_cli(argv, capsys):
+    """`lvbert ARGV` in process: (exit code, stdout, stderr)."""
+    from nni_lvbert.cli import main
+
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error_line(err: str, *needles: str, alone: bool = True) -> str:
+    """The one `error:` line of a command's stderr, with every needle in it and no traceback; `alone`: nothing else
+    on stderr (False: notes and warnings may stand beside it)."""
+    lines = [x for x in err.splitlines() if x.strip()]
+    errors = [x for x in lines if x.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    assert not alone or len(lines) == 1, err
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    return errors[0]
+
+
+def one_error(capsys, rc: int, *needles: str, alone: bool = False) -> str:
+    """Exit 2 and `one_error_line` of what the command wrote to stderr."""
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    return one_error_line(err, *needles, alone=alone)

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from nni_lvbert.cli import main
-from tests.conftest import wiki_texts
+from tests.conftest import one_error, wiki_texts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -141,18 +141,6 @@ def drop_recorded_sizes(entry: Path) -> None:
 
 
 # --- checks ----------------------------------------------------------------------------------------------------------
-
-def one_error(capsys, rc: int, *needles: str) -> str:
-    """Exit 2, exactly one `error:` line on stderr (containing every needle), no traceback; that line."""
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert rc == 2, err
-    assert len(errors) == 1, err
-    assert "Traceback" not in err, err
-    for needle in needles:
-        assert needle in errors[0], errors[0]
-    return errors[0]
-
 
 def cli_subprocess(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")

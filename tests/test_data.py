@@ -27,11 +27,6 @@ def corpus_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(scope="module")
 def prepared(corpus_file, cache_dir):
     return prepare(corpus_file, "tiny", vocab_size=2000, val_fraction=0.05, cache_dir=cache_dir)
 

@@ -12,7 +12,7 @@ from nni_lvbert.errors import UserError
 from nni_lvbert.finetune import metrics as M
 from nni_lvbert.finetune.recipe import optimizer_and_schedule, param_groups
 from nni_lvbert.finetune.tasks import find_glue_tasks, load_task
-from tests.search_fixtures import one_error_line, run_cli
+from tests.conftest import one_error_line, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -264,12 +264,12 @@ def test_llrd_groups_for_bert():
     assert depth_of["bert.embeddings.word_embeddings.weight"] == 0
 
 
-def test_training_sets_of_mrpc_and_stsb_are_doubled_swapped(tmp_path):
+def test_training_sets_of_mrpc_and_stsb_are_doubled_swapped(tmp_path, model_dir):
     from transformers import PreTrainedTokenizerFast
 
     from nni_lvbert.finetune.module import collate, encode
 
-    tok = PreTrainedTokenizerFast.from_pretrained(str(tiny_model_dir(tmp_path)))
+    tok = PreTrainedTokenizerFast.from_pretrained(str(model_dir))
     task = load_task("sts-b", make_glue(tmp_path / "glue"))
     rows = encode(tok, task.train, task, 32, train=True)
     assert len(rows) == 12 and rows[5]["labels"] == pytest.approx(0.8) and rows[11]["labels"] == rows[5]["labels"]
@@ -281,29 +281,6 @@ def test_training_sets_of_mrpc_and_stsb_are_doubled_swapped(tmp_path):
 
 
 # --- end to end ---------------------------------------------------------------------------------------------------
-
-def tiny_model_dir(root: Path, vocab_from: Path | None = None) -> Path:
-    """A tiny LV-BERT model directory (4 slots, hidden 32) with the tokenizer of the tiny prepared data."""
-    from nni_lvbert.hf.convert import hf_config
-    from nni_lvbert.hf import LVBertForMaskedLM
-    from nni_lvbert.hf.save import save_hf_model
-    from tests.conftest import tiny_config
-    from tests.search_fixtures import prepare_tiny_data
-
-    out = root / "model"
-    if not out.exists():
-        data = prepare_tiny_data(root)
-        torch.manual_seed(0)
-        cfg = tiny_config(vocab_size=data.vocab_size)
-        save_hf_model(LVBertForMaskedLM(hf_config(cfg, ["dc", "sa", "ff", "glu"])), tokenizer_dir=data.tokenizer_dir,
-                      out_dir=out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return tiny_model_dir(tmp_path_factory.mktemp("ft"))
-
 
 QUICK = ["--max-length", "32", "--batch-size", "8", "--no-progress", "--accelerator", "cpu"]
 
@@ -436,8 +413,7 @@ def test_ddp_two_cpu_ranks_equal_one_device(tmp_path, capsys):
     from nni_lvbert.hf import LVBertForMaskedLM
     from nni_lvbert.hf.convert import hf_config
     from nni_lvbert.hf.save import save_hf_model
-    from tests.conftest import tiny_config
-    from tests.search_fixtures import prepare_tiny_data
+    from tests.conftest import prepare_tiny_data, tiny_config
 
     data = prepare_tiny_data(tmp_path)
     torch.manual_seed(0)

@@ -10,8 +10,7 @@ import pytest
 from nni_lvbert.errors import UserError
 from nni_lvbert.finetune import squad as S
 from nni_lvbert.finetune.tasks import load_task
-from tests.search_fixtures import one_error_line, run_cli
-from tests.test_finetune import tiny_model_dir
+from tests.conftest import one_error_line, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -109,11 +108,6 @@ def test_reads_squad_v1_and_v2_json_and_rejects_bad_input(tmp_path):
 
 
 # --- windows and labels -------------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return tiny_model_dir(tmp_path_factory.mktemp("qa"))
-
 
 @pytest.fixture(scope="module")
 def tok(model_dir):

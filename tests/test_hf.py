@@ -21,7 +21,7 @@ from nni_lvbert.hf.convert import hf_config, model_config, to_hf_masked_lm, to_p
 from nni_lvbert.hf.save import save_hf_model
 from nni_lvbert.modeling import FixedMLM as ProjectMLM
 from tests.conftest import tiny_config
-from tests.search_fixtures import build_tiny_supernet, one_error_line, prepare_tiny_data, run_cli
+from tests.conftest import build_tiny_supernet, one_error_line, prepare_tiny_data, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 REPO = Path(__file__).resolve().parent.parent
@@ -37,15 +37,6 @@ def batch(vocab=100, b=3, n=12, seed=0):
     types = torch.zeros_like(ids)
     types[:, 6:] = 1
     return ids, mask, types
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """Prepared data (vocab 500) and a tiny 6-slot supernet run trained for a few steps."""
-    root = tmp_path_factory.mktemp("hf")
-    data = prepare_tiny_data(root)
-    run = build_tiny_supernet(root / "supernet", data, steps=10)
-    return {"root": root, "data": data, "run": run, "tokenizer": data.tokenizer_dir}
 
 
 # --- config -------------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from nni_lvbert.config import SpaceSpec
 from nni_lvbert.errors import UserError
 from nni_lvbert.iot.orders import block_orders, explicit_orders, history_orders, parse_block, resolve_orders
 from nni_lvbert.iot.routing import IOTModel, OrderPredictor, iot_loss, tau_at, usage_entropy
-from tests.conftest import kill9_mid_training, tiny_config, wiki_texts
+from tests.conftest import build_tiny_supernet, kill9_mid_training, tiny_config
 
 SLOTS = 4
 SPEC = SpaceSpec(name="iot4", slots=SLOTS, candidates=["dc", "sa", "ff", "glu"], size="tiny")
@@ -212,44 +212,14 @@ def test_default_orders_source_is_runs_search(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    from nni_lvbert.data import prepare
-
-    root = tmp_path_factory.mktemp("iotdata")
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n\n".join(wiki_texts(120)) + "\n", encoding="utf-8")
-    return prepare([str(corpus)], "tiny", vocab_size=500, max_length=32, val_fraction=0.1, cache_dir=root / "cache")
+def data(tiny):
+    return tiny["data"]
 
 
 @pytest.fixture(scope="module")
 def supernet(tmp_path_factory, data):
-    """A supernet run directory (4 slots, hidden 32) after 30 SPOS steps with a plain loop."""
-    from nni_lvbert.data.masking import mlm_collator
-    from nni_lvbert.rundir import RunDir
-    from nni_lvbert.supernet.rundir import WEIGHTS
-
-    run = tmp_path_factory.mktemp("sn") / "supernet"
-    space = supernet_space(vocab=data.vocab_size)
-    train = data.train_dataset()[:]
-    collate = mlm_collator(data.tokenizer(), 0.15, seed=0)
-    opt = torch.optim.Adam(space.parameters(), lr=3e-3)
-    rng = np.random.default_rng(0)
-    for _ in range(30):
-        rows = [{"input_ids": train["input_ids"][i], "token_type_ids": train["token_type_ids"][i]}
-                for i in rng.choice(len(train["input_ids"]), size=16, replace=False)]
-        b = collate(rows)
-        for layer in space.layers:
-            layer.resample(memo={layer.label: SPEC.candidates[int(rng.integers(4))]})
-        loss = space(b["input_ids"], b.get("attention_mask"), b["token_type_ids"], b["labels"]).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    run.mkdir(parents=True)
-    rd = RunDir(run, "supernet")
-    rd.save_static(SPEC, space.config, data.tokenizer_dir)
-    rd.save_weights(space, WEIGHTS)
-    rd.write_json("meta.json", {"size": "tiny", "data": {"path": str(data.path)}})
-    return run
+    """A supernet run directory (4 slots, hidden 32) after 30 SPOS steps with a plain loop (conftest's builder)."""
+    return build_tiny_supernet(tmp_path_factory.mktemp("sn") / "supernet", data, spec=SPEC, steps=30, size="tiny")
 
 
 def iot_args(run_dir, supernet, steps=12, *extra):

@@ -176,7 +176,7 @@ def test_mlm_correct_is_argmax_equals_target_including_ties(shape):
 @pytest.fixture(scope="module")
 def untrained_supernet(tmp_path_factory):
     """A supernet run directory (6 slots, untrained: the tied head below decides every prediction)."""
-    from tests.search_fixtures import build_tiny_supernet, prepare_tiny_data
+    from tests.conftest import build_tiny_supernet, prepare_tiny_data
 
     root = tmp_path_factory.mktemp("ties")
     return build_tiny_supernet(root / "supernet", prepare_tiny_data(root), steps=0)

@@ -19,11 +19,6 @@ def run_args(out, cache_dir, steps=4, *extra):
             "--supernet-max-steps", str(steps), *SMALL_SEARCH, "--no-progress", *extra]
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
 @pytest.mark.slow
 def test_run_with_two_cpu_ranks_then_pretrain_on_two(tmp_path, cache_dir):
     """Lightning's DDP launcher re-runs `lvbert run` for rank 1: it joins the supernet training with rank 0's

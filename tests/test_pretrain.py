@@ -8,13 +8,8 @@ import pytest
 import torch
 
 from nni_lvbert.cli import main
-from tests.conftest import kill9_mid_training
+from tests.conftest import kill9_mid_training, one_error_line
 from tests.test_pretrain_objectives import batch_for
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
 
 
 def pretrain_args(out, cache_dir, *extra, steps=6, arch="csfgsf", objective="electra"):
@@ -111,12 +106,6 @@ def close(got, ref):
     torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-6)
 
 
-def one_error(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    return err[0]
-
-
 @pytest.mark.parametrize("change,message", [
     ({"--arch": "xyzq"}, "unknown layer letter"),
     ({"--size": "huge"}, "unknown size"),
@@ -129,28 +118,28 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, cache_dir, capsys, c
         i = args.index(flag)
         args[i:i + 2] = [] if value is None else [flag, value]
     assert main(args) == 2
-    assert message in one_error(capsys)
+    assert message in one_error_line(capsys.readouterr().err)
     assert not (tmp_path / "out").exists()
 
 
 def test_bad_combinations(tmp_path, cache_dir, capsys):
     out = tmp_path / "out"
     assert main(pretrain_args(out, cache_dir, "--generator-fraction", "0.5", objective="mlm")) == 2
-    assert "--generator-fraction apply(ies) to --objective electra only" in one_error(capsys)
+    assert "--generator-fraction apply(ies) to --objective electra only" in one_error_line(capsys.readouterr().err)
     assert main(pretrain_args(out, cache_dir, "--generator-fraction", "0")) == 2
-    assert "--generator-fraction must be in (0, 1]" in one_error(capsys)
+    assert "--generator-fraction must be in (0, 1]" in one_error_line(capsys.readouterr().err)
     assert main(pretrain_args(out, cache_dir, "--resume")) == 2
-    assert "nothing to resume" in one_error(capsys)
+    assert "nothing to resume" in one_error_line(capsys.readouterr().err)
     assert not out.exists()
 
 
 def test_refuses_non_empty_and_contradicting_resume(electra_run, cache_dir, capsys):
     assert main(pretrain_args(electra_run, cache_dir)) == 2
-    assert "not empty" in one_error(capsys)
+    assert "not empty" in one_error_line(capsys.readouterr().err)
     assert main(["pretrain", "--out", str(electra_run), "--resume", "--objective", "mlm"]) == 2
-    assert "--objective mlm contradicts" in one_error(capsys)
+    assert "--objective mlm contradicts" in one_error_line(capsys.readouterr().err)
     assert main(["pretrain", "--out", str(electra_run), "--resume", "--arch", "sfsfsf"]) == 2
-    assert "--arch sfsfsf contradicts" in one_error(capsys)
+    assert "--arch sfsfsf contradicts" in one_error_line(capsys.readouterr().err)
 
 
 def test_a_run_keeps_the_preset_values_it_started_with(electra_run, monkeypatch):
@@ -178,7 +167,7 @@ def test_resume_refuses_data_tokenized_otherwise(electra_run, tmp_path, capsys):
     (run / "tokenizer" / "tokenizer.json").write_text(json.dumps(tok))
     before = (run / "checkpoints" / "last.ckpt").stat().st_mtime_ns
     assert main(["pretrain", "--out", str(run), "--resume"]) == 2
-    assert "tokenized with another tokenizer" in one_error(capsys)
+    assert "tokenized with another tokenizer" in one_error_line(capsys.readouterr().err)
     assert (run / "checkpoints" / "last.ckpt").stat().st_mtime_ns == before
 
 
@@ -210,7 +199,7 @@ def test_compile_trains_the_eager_weights_without_graph_breaks(objective, tmp_pa
         torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-5)
     capsys.readouterr()
     assert main(pretrain_args(tmp_path / "bad", cache_dir, "--compile", "nonesuch")) == 2
-    assert "--compile nonesuch: not a torch.compile backend" in one_error(capsys)
+    assert "--compile nonesuch: not a torch.compile backend" in one_error_line(capsys.readouterr().err)
     assert not (tmp_path / "bad").exists()
 
 
@@ -242,7 +231,7 @@ def test_lvbert_run_pretrain_stage(tmp_path, cache_dir, capsys):
             "--mutation", "2", "--no-progress", "--json", "--pretrain", "electra", "--pretrain-steps", "3"]  # (old
     # spellings of --objective and --pretrain-max-steps)
     assert main([*args[:-4], "--objective", "gan"]) == 2
-    assert "--objective must be one of" in one_error(capsys)
+    assert "--objective must be one of" in one_error_line(capsys.readouterr().err)
     assert not out.exists()
     assert main(args) == 0
     captured = capsys.readouterr()  # the spellings of earlier releases still work, each with a note

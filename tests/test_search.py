@@ -1,6 +1,6 @@
 """Search: Algorithm 1, its NNI strategy and tuner adapters, the in-process scorer, outputs, resume, bad input, nnictl.
 
-Everything runs on a tiny supernet (hidden 32, 6 slots, ~500-token vocabulary) built by tests/search_fixtures.py.
+Everything runs on a tiny supernet (hidden 32, 6 slots, ~500-token vocabulary) built by tests/conftest.py (the shared `tiny` fixture).
 The nnictl tests are in test_search_nnictl.py.
 """
 from __future__ import annotations
@@ -15,8 +15,7 @@ import pytest
 from nni_lvbert.arch import Arch
 from nni_lvbert.errors import UserError
 from nni_lvbert.search.algorithm import Algorithm1, ConstraintError, EvolutionConfig
-from tests.search_fixtures import SLOTS, build_tiny_supernet, one_error_line, run_cli
-from tests.search_fixtures import scorer, tiny  # noqa: F401  (fixtures)
+from tests.conftest import SLOTS, build_tiny_supernet, one_error_line, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 TYPES = ["dc", "sa", "ff", "glu"]

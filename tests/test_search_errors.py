@@ -7,8 +7,7 @@ import json
 import pytest
 import torch
 
-from tests.search_fixtures import SLOTS, one_error_line, run_cli
-from tests.search_fixtures import tiny  # noqa: F401  (fixture)
+from tests.conftest import SLOTS, one_error_line, run_cli
 from tests.test_search import SMALL, TYPES
 
 

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from nni_lvbert.search.algorithm import EvolutionConfig
-from tests.conftest import free_port
+from tests.conftest import SLOTS, free_port, one_error_line, run_cli
 from tests.nnictl_helpers import wait_for_trials
-from tests.search_fixtures import SLOTS, one_error_line, run_cli, scorer, tiny  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parent.parent
 TYPES = ["dc", "sa", "ff", "glu"]

@@ -1,5 +1,5 @@
 """`lvbert study ranking | search | downstream`: statistics, selection, and each sub-study end to end in --quick mode
-on a tiny 6-slot supernet (tests/search_fixtures.py, trained long enough that candidates score differently)."""
+on a tiny 6-slot supernet (tests/conftest.py's builder, trained long enough that candidates score differently)."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ from nni_lvbert.arch import Arch
 from nni_lvbert.study.stats import rank_correlations
 from nni_lvbert.study.ranking import _pick
 from nni_lvbert.study.search import summarize
-from tests.search_fixtures import build_tiny_supernet, one_error_line, prepare_tiny_data, run_cli
+from tests.conftest import build_tiny_supernet, one_error_line, prepare_tiny_data, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -34,11 +34,6 @@ def space_file(tmp_path_factory):
     return f
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
 def train_args(run_dir, space_file, cache_dir, steps=8, *extra):
     return ["supernet", "train", "--out", str(run_dir), "--space", str(space_file), "--size", "tiny",
             "--max-docs", "120", "--cache-dir", str(cache_dir), "--max-steps", str(steps), "--batch-size", "8",

@@ -155,7 +155,7 @@ print(json.dumps([str(c.trial_code_directory), str(c.search_space_file), str(c.t
 def test_installed_cli_scores_a_supernet(installed):
     """`lvbert search score` of the installed package on a tiny supernet run directory = the in-process score."""
     from nni_lvbert.search.scorer import SupernetScorer
-    from tests.search_fixtures import build_tiny_supernet, prepare_tiny_data
+    from tests.conftest import build_tiny_supernet, prepare_tiny_data
 
     root = installed["root"] / "supernet-data"
     root.mkdir()
