@@ -133,7 +133,7 @@ def run(opts: PipelineOptions) -> dict:
                  lambda resume: run_search(SearchOptions(
                      supernet=str(supernet_dir), strategies=list(opts.strategies), seed=opts.seed,
                      evolution=opts.evolution, out=str(search_dir), resume=resume, overwrite=not resume,
-                     progress=opts.progress)),
+                     progress=opts.progress), resume_command=f"lvbert run --out {opts.out} --resume"),
                  done="best_arch.json", marker="search.json")
     summary = {
         "best_arch": str(search_dir / "best_arch.json"),

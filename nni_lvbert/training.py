@@ -302,10 +302,18 @@ class Training:
 
     def fit(self, module, datamodule, *, record=None, report=None, callbacks=(), space=None,
             strategy=None) -> FitResult:
-        """`fit` with the validation-history callback (`record`/`report`: see trainer.validation_history)."""
+        """`fit` with the validation-history callback (`record`/`report`: see trainer.validation_history), and one
+        validation more at the last step when the run did not end on a validation step (`--max-steps` not a multiple
+        of `--val-every`, or shorter): every run's meta.json, curve and nnictl result then describe its final
+        weights."""
         history = validation_history(self.history, record, self.reporter, report)
-        return fit(self.run, self.opts, module, datamodule, callbacks=[history, *callbacks], history=self.history,
-                   space=space, strategy=strategy)
+        result = fit(self.run, self.opts, module, datamodule, callbacks=[history, *callbacks], history=self.history,
+                     space=space, strategy=strategy)
+        trainer = result.trainer
+        if not any(h["step"] == trainer.global_step for h in result.validation):
+            trainer.validate(trainer.lightning_module, datamodule=datamodule, verbose=False)
+            result.validation = result.previous.get("validation", []) + list(self.history)
+        return result
 
     def finish(self, result: FitResult, data, extra: dict, final=None) -> dict:
         """meta.json (the common fields + `extra`), and `final` to nnictl as the trial's final result."""

@@ -97,3 +97,16 @@ def test_an_unknown_compile_backend_is_one_line_before_anything_is_written(tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --compile nonesuch: not a torch.compile backend"), err
     assert not out.exists()
+
+
+def test_ctrl_c_during_the_search_names_the_run_command_to_resume(tmp_path, cache_dir, capsys, monkeypatch):
+    from nni_lvbert.search import scorer as scorer_mod
+
+    def interrupted(self, arch):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(scorer_mod.SupernetScorer, "score", interrupted)
+    out = tmp_path / "run"
+    assert main(run_args(out, cache_dir)) == 130
+    err = capsys.readouterr().err
+    assert f"continue it with: lvbert run --out {out} --resume" in err and "lvbert search run" not in err

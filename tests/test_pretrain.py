@@ -274,3 +274,13 @@ def test_optimizers_are_fused_only_on_gpus():
     from nni_lvbert.trainer import adamw  # fine-tuning's optimizer too
 
     assert adamw([{"params": list(model.parameters())}], lr=1e-3).defaults["fused"] is None
+
+
+def test_a_run_shorter_than_val_every_still_ends_with_a_validation(tmp_path, cache_dir):
+    """--max-steps 4 with --val-every 3: a last validation at step 4 (the final weights), so meta.json's `final`,
+    the curve and the printed result are never empty (once `"final": {}` with empty axes)."""
+    out = tmp_path / "short"
+    assert main(pretrain_args(out, cache_dir, steps=4, objective="mlm")) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert [h["step"] for h in meta["validation"]] == [3, 4]
+    assert meta["final"]["step"] == 4 and 0 <= meta["final"]["val_mlm_acc"] <= 1

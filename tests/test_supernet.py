@@ -247,3 +247,11 @@ def test_run_state_and_figures_are_the_one_policy(tmp_path):
     with pytest.raises(ValueError):
         save_figure(fig, tmp_path / "g.png", dpi=-1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.png", "r"]
+
+
+def test_a_supernet_not_ending_on_a_validation_step_validates_at_its_last_step(tmp_path, space_file, cache_dir):
+    run = tmp_path / "sn"
+    assert main(train_args(run, space_file, cache_dir, 6)) == 0  # validations every 4 steps: 4, then 6 at the end
+    meta = json.loads((run / "meta.json").read_text())
+    assert [h["step"] for h in meta["validation"]] == [4, 6]
+    assert meta["final_val_mlm_acc"] == meta["validation"][-1]["val_mlm_acc"]

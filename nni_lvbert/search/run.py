@@ -79,7 +79,7 @@ def settings_of(opts: SearchOptions, scorer) -> dict:
     }
 
 
-def run_search(opts: SearchOptions, log=None) -> dict:
+def run_search(opts: SearchOptions, log=None, resume_command: str | None = None) -> dict:
     """Run every strategy in `opts.strategies` with the same budget; returns best_arch.json's content."""
     log = log or (lambda msg: print(msg, file=sys.stderr))
     run = RunDir(opts.out, "search", "output directory")
@@ -142,7 +142,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
             summary[name] = _run_one(name, opts, scorer, cost, accept, history, bar, out)
     except KeyboardInterrupt:
         bar.close()
-        log(f"search interrupted; continue it with: lvbert search run ... --out {out} --resume")
+        log(f"search interrupted; continue it with: {resume_command or f'lvbert search run --out {out} --resume'}")
         raise
     except UserError:
         bar.close()
