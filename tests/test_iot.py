@@ -263,6 +263,7 @@ def test_eval_cli_reports_usage_and_accuracies(trained, capsys):
     stats = json.loads(captured.out)
     assert [o["arch"] for o in stats["orders"]] == ["sfcs", "scfs", "fscf"]
     assert stats["sequences"] == 16 and 0 <= stats["routed"]["val_mlm_acc"] <= 1
+    assert stats["batches"] == 2 < stats["of_batches"]  # says how much of the validation split it scored
     assert json.loads((trained / "eval.json").read_text())["routed"] == stats["routed"]
 
 

@@ -330,3 +330,17 @@ def test_result_files_show_paths_relative_to_the_working_directory_or_home(tmp_p
     assert shown_path(home / ".cache" / "d") == "~/.cache/d" and shown_path("~/x") == "~/x"
     assert shown_path(tmp_path / "elsewhere") == str((tmp_path / "elsewhere").resolve())
     assert shown_stats({"data": str(home / "d"), "tokens": 3}) == {"data": "~/d", "tokens": 3}
+
+
+def test_ranking_plot_title_says_why_tau_is_undefined(tmp_path, monkeypatch):
+    from nni_lvbert.study import ranking
+
+    titles = []
+    monkeypatch.setattr(ranking, "save_figure", lambda fig, path, **kw: titles.append(fig.axes[0].get_title()))
+    rows = [{"arch": a, "role": "spread", "inherited": 0.1, "standalone": s} for a, s in (("ss", 0.2), ("ff", 0.2))]
+    result = {"rows": rows, "budget": {"steps": 1, "batch_size": 1, "lr": 1e-3, "warmup_steps": 0}, "n": 2,
+              "supernet": "s", "size": "tiny", "seed": 0, "validation": {"masked_tokens": 10}, "kendall_tau": None,
+              "kendall_tau_ci95": None, "spearman_rho": None, "spearman_rho_ci95": None,
+              "undefined": "constant scores on one side"}
+    ranking._report(result, tmp_path)
+    assert titles == ["Kendall τ undefined: constant scores on one side"]  # not "Kendall τ = undefined n/a"

@@ -65,7 +65,9 @@ def summary(meta: dict) -> dict:
     return {"run_dir": meta["run_dir"], "steps": meta["steps"], "orders": meta["orders"],
             "routed_val_mlm_acc": round(f["routed"]["val_mlm_acc"], 4),
             "best_single_val_mlm_acc": round(f["best_single"]["val_mlm_acc"], 4),
-            "usage": [round(o["usage"], 3) for o in f["orders"]], "train_seconds": round(meta["train_seconds"], 1)}
+            "usage": [round(o["usage"], 3) for o in f["orders"]],
+            "scored_on": f"{f['batches']} of {f['of_batches']} validation batches (--val-batches; iot eval: all)",
+            "train_seconds": round(meta["train_seconds"], 1)}
 
 
 def run_eval(args) -> dict:

@@ -43,6 +43,6 @@ def evaluate_iot(model, loader, max_batches: int | None = None, progress: bool =
     stats = summarize(val, usage, archs=[o.compact for o in model.orders])
     n = max(float(grouped[2]), 1.0)
     stats["routed_grouped"] = {"val_mlm_acc": float(grouped[1]) / n, "val_loss": float(grouped[0]) / n}
-    stats["batches"] = total
+    stats["batches"], stats["of_batches"] = total, len(loader)  # scored / in the validation split
     stats["seconds"] = {"routed_grouped": round(t_routed, 4), "all_orders": round(t_all, 4)}
     return stats

@@ -28,7 +28,8 @@ def _common(p, name: str) -> None:
 
     add_out_arg(p, f"runs/study-{name}", "study directory")
     p.add_argument("--quick", action="store_true", help="CI-sized run: checks that everything runs, not what wins")
-    p.add_argument("--seed", type=int, default=0, help="seed of the stand-alone trainings and the study's draws")
+    p.add_argument("--seed", type=int, default=0, help="seed of the study's searches and draws" if name == "search" else
+                   "seed of the stand-alone trainings and the study's draws")
     p.add_argument("--data-seed", type=int, default=0, help="seed of the fixed validation masking (default 0)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")

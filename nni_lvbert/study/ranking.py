@@ -182,8 +182,12 @@ def _report(result: dict, out: Path) -> None:
                   [(r["inherited"], r["standalone"]) for r in rows])
     ax.set_xlabel("inherited-weight MLM accuracy (supernet)")
     ax.set_ylabel("stand-alone MLM accuracy")
-    ax.set_title(f"Kendall τ = {_num(result['kendall_tau'])} {_ci(result['kendall_tau_ci95'])}, "
-                 f"Spearman ρ = {_num(result['spearman_rho'])}", fontsize=10)
+    if result["kendall_tau"] is None:  # e.g. --quick: too few distinct scores to rank
+        title = f"Kendall τ undefined: {result.get('undefined') or 'the scores do not vary'}"
+    else:
+        title = (f"Kendall τ = {_num(result['kendall_tau'])} {_ci(result['kendall_tau_ci95'])}, "
+                 f"Spearman ρ = {_num(result['spearman_rho'])}")
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     save_figure(fig, out / "ranking.png", dpi=110, bbox_inches="tight")
