@@ -37,6 +37,7 @@ class PipelineOptions(DataOptions):
     size: str = "tiny"
     seed: int = 0
     supernet_max_steps: int | None = None
+    val_every: int | None = None  # supernet validation period (None: the size's preset)
     objective: str | None = None  # None: no pre-training stage; mlm | electra: pre-train the searched architecture
     pretrain_max_steps: int | None = None
     strategies: list[str] = field(default_factory=lambda: ["evolution"])
@@ -64,6 +65,9 @@ def register(sub) -> None:
     p.add_argument("--supernet-max-steps", "--supernet-steps", dest="supernet_max_steps", type=int, default=None,
                    action=DeprecatedAlias, old="--supernet-steps", new="--supernet-max-steps",
                    help="supernet training steps (default: the size's preset)")
+    p.add_argument("--val-every", type=int, default=None,
+                   help="validate the supernet every N steps (default: the size's preset; it always validates at its "
+                        "last step)")
     add_search_strategy_arg(p)
     p.add_argument("--objective", "--pretrain", dest="objective", default=None, metavar="OBJECTIVE",
                    action=DeprecatedAlias, old="--pretrain", new="--objective",
@@ -102,9 +106,9 @@ def run(opts: PipelineOptions) -> dict:
     def supernet_options(resume: bool) -> SupernetOptions:
         return SupernetOptions(
             out=str(supernet_dir), space=opts.space, size=opts.size, **opts.data_options(), seed=opts.seed,
-            max_steps=opts.supernet_max_steps, devices=opts.devices, accelerator=opts.accelerator, compile=opts.compile,
-            resume=resume,
-            overwrite=not resume, progress=opts.progress)
+            max_steps=opts.supernet_max_steps, val_every=opts.val_every, devices=opts.devices,
+            accelerator=opts.accelerator, compile=opts.compile, resume=resume, overwrite=not resume,
+            progress=opts.progress)
 
     if not launcher_is_rank_zero():  # a DDP rank > 0 re-running this command: join one stage's training only
         if os.environ.get(STAGE_ENV) == "pretrain":
