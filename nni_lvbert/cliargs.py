@@ -140,11 +140,10 @@ def options_from_args(cls, args, **extra):
     fields typed on the command line (what a resumed run checks against its stored options)."""
     fields = {f.name for f in dataclasses.fields(cls)}
     values, given = {}, []
-    for dest, value in vars(args).items():
-        name = dest
+    for name, value in vars(args).items():
         if name in fields and name != "given":
             values[name] = value
-            if dest in getattr(args, "given", ()):
+            if name in getattr(args, "given", ()):
                 given.append(name)
     values.update(extra)
     if "given" in fields:

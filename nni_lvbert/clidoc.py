@@ -22,14 +22,16 @@ release and print a `note:` line naming the new one.
 """
 
 
-def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
-    """(command words, parser, help) of every leaf command, in the order `lvbert --help` lists them."""
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = (), help_: str = ""):
+    """(command words, parser, the help line its parent lists it with) of every leaf command, in the order
+    `lvbert --help` lists them."""
     sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
     if sub is None:
-        yield path, parser
+        yield path, parser, help_
         return
+    helps = {c.dest: c.help or "" for c in sub._choices_actions}
     for name, child in sub.choices.items():
-        yield from _commands(child, (*path, name))
+        yield from _commands(child, (*path, name), helps.get(name, ""))
 
 
 def _cell(text) -> str:
@@ -60,17 +62,9 @@ def _default(action: argparse.Action) -> str:
 def reference() -> str:
     from .cli import build_parser
 
-    root = build_parser()
-    helps = {}
-    for path, _ in _commands(root):  # the one-line help each parent shows for its children
-        parent = root
-        for word in path[:-1]:
-            parent = next(a for a in parent._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
-        sub = next(a for a in parent._actions if isinstance(a, argparse._SubParsersAction))
-        helps[path] = next((c.help for c in sub._choices_actions if c.dest == path[-1]), "") or ""
     sections = [HEADER.rstrip()]
-    for path, parser in _commands(root):
-        lines = [f"## `lvbert {' '.join(path)}`", "", _cell(helps[path] or parser.description or "")]
+    for path, parser, help_ in _commands(build_parser()):
+        lines = [f"## `lvbert {' '.join(path)}`", "", _cell(help_ or parser.description or "")]
         rows = [a for a in parser._actions if not isinstance(a, argparse._HelpAction) and a.help != argparse.SUPPRESS]
         if rows:
             lines += ["", "| option | default | meaning |", "|---|---|---|"]

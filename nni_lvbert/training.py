@@ -25,7 +25,7 @@ from .data.split import DEFAULT_VAL_FRACTION as VAL_FRACTION  # default held-out
 from .errors import UserError
 # NNI 3.0 workarounds (trial reporting, running a NasExperiment)
 from .nni_compat import TrialReporter, in_nni_trial, run_nas_experiment
-from .options import MAY_CHANGE, launcher_is_rank_zero, to_dict  # noqa: F401  (launcher_is_rank_zero re-exported)
+from .options import MAY_CHANGE, to_dict
 from .rundir import CHECKPOINT, META, RunDir
 from .trainer import build_trainer, check_compile_backend, compile_callback, validation_history
 
@@ -261,16 +261,14 @@ class Training:
     history: list = field(default_factory=list)  # this session's validation records
 
     @classmethod
-    def begin(cls, opts: TrainOptions, kind: str, tunable: dict | None = None, before=None) -> Training:
+    def begin(cls, opts: TrainOptions, kind: str, tunable: dict | None = None) -> Training:
         """As an nnictl trial, the tuner's parameters (`tunable`: option -> converter) override the options and
-        a reporter is made (before NasExperiment swaps NNI's trial channel); `before(opts)` runs next (rank 0
-        only), then `begin` settles the options (--resume, DDP ranks)."""
+        a reporter is made (before NasExperiment swaps NNI's trial channel); then `begin` settles the options
+        (--resume, DDP ranks)."""
         reporter = None
         if tunable is not None and in_nni_trial():
             opts.hpo = apply_tuner_parameters(opts, tunable, kind)
             reporter = TrialReporter()
-        if before is not None and launcher_is_rank_zero():
-            before(opts)
         return cls(begin(opts, kind), kind, reporter)
 
     def check(self) -> int:

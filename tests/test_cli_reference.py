@@ -20,7 +20,7 @@ def test_every_command_is_in_the_reference_and_every_option_explained():
     text = clidoc.reference()
     commands = list(clidoc._commands(build_parser()))
     assert len(commands) >= 19
-    for path, parser in commands:
+    for path, parser, _ in commands:
         assert f"## `lvbert {' '.join(path)}`" in text
         for action in parser._actions:
             if not isinstance(action, argparse._HelpAction):

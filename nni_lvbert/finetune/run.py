@@ -30,7 +30,6 @@ from . import metrics as M
 from .recipe import DECAY, default_lr
 from .tasks import TaskData, load_task
 
-OPTIONS = "options.json"
 KIND = "finetune"
 MODEL = "model"  # OUT/<task>/seed<k>/model/ with --save-model
 
@@ -156,13 +155,14 @@ def finetune(opts: FinetuneOptions) -> dict:
     """Every task x seed run, then the reports. Under DDP (--devices N) Lightning's launcher re-runs the command for
     ranks > 0: they adopt rank 0's options, join each run's training and leave every file to rank 0."""
     rank_zero = launcher_is_rank_zero()
-    opts = RunDir(opts.out, KIND, "output directory").begin(opts)
+    run = RunDir(opts.out, KIND, "output directory")
+    opts = run.begin(opts)
     if not opts.progress:
         no_library_progress_bars()
     config, tok, tasks = check(opts)
     if rank_zero:
         parse_devices(opts.devices, opts.batch_size)  # the global batch must split evenly over devices
-    out = RunDir(opts.out, KIND, "output directory").open(opts).path
+    out = run.open(opts).path
     results = {}
     for k, task in enumerate(tasks):
         per_seed = {}

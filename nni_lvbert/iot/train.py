@@ -13,7 +13,8 @@ from typing import ClassVar
 
 from ..errors import UserError
 from ..presets import presets
-from ..training import VAL_FRACTION, TrainOptions, Training, check_positive, prepare_data
+from ..options import launcher_is_rank_zero
+from ..training import VAL_FRACTION, TrainOptions, Training, prepare_data
 from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 
 # options an nnictl tuner may set (search-space keys)
@@ -60,7 +61,6 @@ def check_options(opts: IOTOptions, m: int) -> None:
     for ok, msg in checks:
         if not ok:
             raise UserError(msg)
-    check_positive(**{k: opts.resolved(k) for k in ("max_steps", "batch_size", "val_every", "val_batches", "ckpt_every")})
 
 
 def _source(opts: IOTOptions):
@@ -180,7 +180,9 @@ def train_iot(opts: IOTOptions) -> dict:
 
     # validation statistics are reduced exactly over ranks before logging: Lightning's sync_dist hint is moot
     warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('(val_|tau)")
-    t = Training.begin(opts, "iot", tunable=HPO_KEYS, before=lambda o: o.resume and _check_resumed_orders(o))
+    if opts.resume and launcher_is_rank_zero():
+        _check_resumed_orders(opts)
+    t = Training.begin(opts, "iot", tunable=HPO_KEYS)
     opts = t.opts
     space, spec, cfg, smeta = _source(opts)
     if opts.resume:  # the stored options name the same order source; the stored orders are what ran

@@ -20,7 +20,6 @@ from ..errors import UserError
 from ..options import to_dict
 from ..rundir import RunDir
 
-OPTIONS = "options.json"
 ALL_TOKENS = 10**9  # --val-tokens default: the whole validation split
 
 # Stand-alone budgets. "tiny" is the CPU regime of the README's study (the README's study section says how it was chosen);

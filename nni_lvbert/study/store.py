@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import write_json
-from ..rundir import META, RunDir
-from .common import OPTIONS, Budget, log
+from ..rundir import META, OPTIONS, RunDir
+from .common import Budget, log
 
 
 @dataclass(frozen=True)
