@@ -200,6 +200,8 @@ def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), hi
 
 def common_meta(run: RunDir, opts: TrainOptions, result: FitResult, data) -> dict:
     """The meta.json fields every training run has."""
+    import torch
+
     return {
         "kind": run.kind,
         "run_dir": str(run.path),
@@ -213,6 +215,8 @@ def common_meta(run: RunDir, opts: TrainOptions, result: FitResult, data) -> dic
         "options": to_dict(opts),
         "world_size": result.trainer.world_size,
         "precision": result.precision,
+        "device_type": result.trainer.strategy.root_device.type,  # with cpu_threads: the cost in core-minutes
+        "cpu_threads": torch.get_num_threads(),
     }
 
 

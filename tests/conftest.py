@@ -1,4 +1,5 @@
 import os
+import time
 import socket
 import warnings
 from pathlib import Path
@@ -173,6 +174,7 @@ def build_tiny_supernet(run_dir: Path, data, spec: SpaceSpec | None = None, step
     from nni_lvbert.supernet.strategy import SeededRandomOneShot
 
     spec = spec or tiny_spec()
+    start = time.perf_counter()
     torch.manual_seed(seed)
     cfg = tiny_config(vocab_size=data.vocab_size, **cfg_overrides)
     space = LVBertSpace(spec, cfg)
@@ -202,8 +204,18 @@ def build_tiny_supernet(run_dir: Path, data, spec: SpaceSpec | None = None, step
     run.write_json("meta.json", {
         "run_dir": str(run_dir), "space": spec.to_dict(), "size": size, "seed": seed, "steps": steps,
         "data": {"path": str(data.path)}, "final_val_mlm_acc": None,
+        "train_seconds": time.perf_counter() - start, "device_type": "cpu", "cpu_threads": torch.get_num_threads(),
     })
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def study_supernet(tmp_path_factory):
+    """Prepared data and a 6-slot supernet trained 300 SPOS steps (long enough that candidates score differently),
+    for the studies' tests."""
+    root = tmp_path_factory.mktemp("study")
+    data = prepare_tiny_data(root)
+    return {"root": root, "data": data, "run": build_tiny_supernet(root / "supernet", data, steps=300)}
 
 
 @pytest.fixture(scope="session")

@@ -4,27 +4,21 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.stats import kendalltau, spearmanr
 
-from nni_lvbert.arch import Arch
 from nni_lvbert.study.stats import rank_correlations
-from nni_lvbert.study.ranking import _pick
 from nni_lvbert.study.search import summarize
-from tests.conftest import build_tiny_supernet, one_error_line, prepare_tiny_data, run_cli
+from tests.conftest import one_error_line, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    root = tmp_path_factory.mktemp("study")
-    data = prepare_tiny_data(root)
-    run = build_tiny_supernet(root / "supernet", data, steps=300)
-    return {"root": root, "data": data, "run": run}
+def trained(study_supernet):
+    return study_supernet
 
 
 # --- pieces ------------------------------------------------------------------------------------------------------
@@ -45,15 +39,6 @@ def test_rank_correlations_are_scipys_with_bootstrap_intervals():
         assert flat["kendall_tau"] is None and flat["spearman_rho"] is None and flat["undefined"]
     with pytest.raises(Exception, match="at least 3"):
         rank_correlations([1, 2], [2, 1])
-
-
-def test_pick_spreads_over_the_score_range():
-    types = ["dc", "sa", "ff"]
-    pool = [(Arch((types[i // 3], types[i % 3])), float(i)) for i in range(9)]  # scores 0..8
-    scores = dict(pool)
-    assert [scores[a] for a in _pick(pool[::-1], 3)] == [0.0, 4.0, 8.0]
-    assert [scores[a] for a in _pick(pool, 5)] == [0.0, 2.0, 4.0, 6.0, 8.0]
-    assert _pick(pool, 100) == [a for a, _ in pool]
 
 
 def test_a_model_being_trained_by_another_study_is_waited_for_not_trained_twice(tmp_path, monkeypatch):
@@ -165,48 +150,6 @@ def test_search_summary_counts_wins_and_ties():
 
 # --- end to end (--quick) -----------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
-    out = tmp_path / "rank"
-    args = ["study", "ranking", "--supernet", str(trained["run"]), "--quick", "--out", str(out), "--no-progress",
-            "--json"]
-    code, stdout, err = run_cli(args, capsys)
-    assert code == 0, err
-    res = json.loads((out / "ranking.json").read_text())
-    rows = res["rows"]
-    roles = [r["role"] for r in rows]
-    assert roles.count("spread") == 3 and "bert" in roles and "dynamicconv" in roles
-    assert "lvbert-small" not in roles  # 24 slots: does not fit the 6-slot space, left out with a note
-    assert "lvbert-small does not fit" in err
-    x, y = [r["inherited"] for r in rows], [r["standalone"] for r in rows]
-    assert len(set(x)) > 1 and len(set(y)) > 1
-    assert res["kendall_tau"] == pytest.approx(kendalltau(x, y).statistic)
-    assert -1 <= res["kendall_tau"] <= 1 and -1 <= res["spearman_rho"] <= 1
-    pool = json.loads((out / "pool.json").read_text())["pool"]
-    assert len(pool) >= 10
-    spread = sorted(r["inherited"] for r in rows if r["role"] == "spread")
-    assert spread[0] == min(p["score"] for p in pool) and spread[-1] == max(p["score"] for p in pool)
-    for r in rows:  # stand-alone models: trained from scratch, in the store, finished
-        run = Path(r["run"])
-        assert run.parent.resolve() == (out / "models").resolve() and (run / "meta.json").is_file()
-        assert json.loads((run / "options.json").read_text())["max_steps"] == 30
-    assert (out / "ranking.png").stat().st_size > 5000 and "Kendall tau" in (out / "ranking.md").read_text()
-    stored = json.loads((out / "options.json").read_text())  # the budget written out: --resume keeps it
-    assert (stored["max_steps"], stored["lr"], stored["batch_size"]) == (30, 2e-3, 8)
-    assert json.loads(stdout.strip().splitlines()[-1])["kendall_tau"] == res["kendall_tau"]
-
-    stamps = {p: p.stat().st_mtime_ns for p in (out / "models").glob("*/meta.json")}
-    code, _, err = run_cli(["study", "ranking", "--out", str(out), "--resume", "--no-progress"], capsys)
-    assert code == 0, err
-    assert json.loads((out / "ranking.json").read_text())["rows"] == rows  # nothing re-drawn, nothing retrained
-    assert {p: p.stat().st_mtime_ns for p in (out / "models").glob("*/meta.json")} == stamps
-
-    code, _, err = run_cli(["study", "ranking", "--out", str(out), "--resume", "--num-archs", "5"], capsys)
-    assert code == 2 and "contradicts" in one_error_line(err)
-    code, _, err = run_cli(args, capsys)  # the same command again: refused, nothing overwritten
-    assert code == 2 and "not empty" in one_error_line(err)
-
-
-@pytest.mark.slow
 def test_search_study_quick(trained, tmp_path, capsys):
     out = tmp_path / "search"
     code, stdout, err = run_cli(["study", "search", "--supernet", str(trained["run"]), "--quick", "--num-seeds", "2",
@@ -301,9 +244,6 @@ def test_study_bad_input_is_one_line(trained, tmp_path, capsys):
     assert code == 2 and "unknown strategy annealing" in one_error_line(err) and not out.exists()
     code, _, err = run_cli(["study", "ranking", "--supernet", str(tmp_path / "nope"), "--out", str(out)], capsys)
     assert code == 2 and "not found" in one_error_line(err) and not out.exists()
-    code, _, err = run_cli(["study", "ranking", "--supernet", str(trained["run"]), "--num-archs", "2", "--out",
-                            str(out)], capsys)
-    assert code == 2 and "at least 3" in one_error_line(err) and not out.exists()
     code, _, err = run_cli(["study", "downstream", "--quick", "--archs", "bert", "--objective", "xlnet",
                             "--out", str(out)], capsys)
     assert code == 2 and "unknown objective" in one_error_line(err) and not out.exists()
@@ -330,17 +270,3 @@ def test_result_files_show_paths_relative_to_the_working_directory_or_home(tmp_p
     assert shown_path(home / ".cache" / "d") == "~/.cache/d" and shown_path("~/x") == "~/x"
     assert shown_path(tmp_path / "elsewhere") == str((tmp_path / "elsewhere").resolve())
     assert shown_stats({"data": str(home / "d"), "tokens": 3}) == {"data": "~/d", "tokens": 3}
-
-
-def test_ranking_plot_title_says_why_tau_is_undefined(tmp_path, monkeypatch):
-    from nni_lvbert.study import ranking
-
-    titles = []
-    monkeypatch.setattr(ranking, "save_figure", lambda fig, path, **kw: titles.append(fig.axes[0].get_title()))
-    rows = [{"arch": a, "role": "spread", "inherited": 0.1, "standalone": s} for a, s in (("ss", 0.2), ("ff", 0.2))]
-    result = {"rows": rows, "budget": {"steps": 1, "batch_size": 1, "lr": 1e-3, "warmup_steps": 0}, "n": 2,
-              "supernet": "s", "size": "tiny", "seed": 0, "validation": {"masked_tokens": 10}, "kendall_tau": None,
-              "kendall_tau_ci95": None, "spearman_rho": None, "spearman_rho_ci95": None,
-              "undefined": "constant scores on one side"}
-    ranking._report(result, tmp_path)
-    assert titles == ["Kendall τ undefined: constant scores on one side"]  # not "Kendall τ = undefined n/a"

@@ -129,12 +129,54 @@ def _env():
     return env
 
 
+@pytest.fixture(scope="module")
+def trained_fair(tmp_path_factory, space_file, cache_dir):
+    run = tmp_path_factory.mktemp("runs") / "fair"
+    assert main(train_args(run, space_file, cache_dir, 8, "--sampling", "fair")) == 0
+    return run
+
+
+def test_fair_sampling_trains_every_choice_of_every_slot_once_per_step(trained_fair):
+    """--sampling fair: per step 4 paths whose choices in each slot are a permutation of the 4 types (FairNAS), the
+    seeded sequence of `fair_paths`, recorded in meta.json."""
+    from nni_lvbert.supernet.strategy import fair_paths
+
+    assert json.loads((trained_fair / "meta.json").read_text())["sampling"] == "fair"
+    paths = json.loads((trained_fair / "ranks" / "rank0.json").read_text())["paths"]
+    assert [s for s, _ in paths] == [s for s in range(8) for _ in range(4)]
+    for step in range(8):
+        group = [p for s, p in paths if s == step]
+        for slot in range(6):
+            assert sorted(p[slot] for p in group) == sorted("csfg"), (step, slot)
+    choices = {f"layer{i:02d}": ["dc", "sa", "ff", "glu"] for i in range(6)}
+    from nni_lvbert.arch import to_compact
+
+    assert [p for _, p in paths] == [to_compact(list(p.values())) for s in range(8) for p in fair_paths(choices, 0, s)]
+    assert fair_paths(choices, 0, 3) != fair_paths(choices, 0, 4) and fair_paths(choices, 1, 3) != fair_paths(
+        choices, 0, 3)
+
+
+def test_fair_paths_cover_every_choice_and_refuse_uneven_slots():
+    from nni_lvbert.supernet.strategy import fair_paths
+
+    choices = {"a": ["x", "y", "z"], "b": ["x", "y", "z"]}
+    paths = fair_paths(choices, 7, 11)
+    assert len(paths) == 3 and all(sorted(p[k] for p in paths) == ["x", "y", "z"] for k in choices)
+    assert fair_paths(choices, 7, 11) == paths  # a function of (seed, step): a resumed run replays it
+    with pytest.raises(ValueError, match="same number of choices"):
+        fair_paths({"a": ["x", "y"], "b": ["x"]}, 0, 0)
+
+
 @pytest.mark.slow
-def test_resume_after_kill9_replays_the_uninterrupted_run(tmp_path, trained, space_file, cache_dir):
+@pytest.mark.parametrize("sampling", ["spos", "fair"])
+def test_resume_after_kill9_replays_the_uninterrupted_run(tmp_path, trained, trained_fair, space_file, cache_dir,
+                                                          sampling):
     """Kill -9 mid-run, --resume, and end with the very weights and path sequence of the uninterrupted run."""
+    trained = trained if sampling == "spos" else trained_fair
     run = tmp_path / "killed"
     steps = 8
-    killed_at = kill9_mid_training(train_args(run, space_file, cache_dir, steps, "--ckpt-every", "1"),
+    killed_at = kill9_mid_training(train_args(run, space_file, cache_dir, steps, "--ckpt-every", "1", "--sampling",
+                                              sampling),
                                    run / "checkpoints" / "last.ckpt", 3, steps)
     assert killed_at is not None, "training finished before it could be killed"
     assert not (run / "supernet.safetensors").exists()
@@ -147,8 +189,8 @@ def test_resume_after_kill9_replays_the_uninterrupted_run(tmp_path, trained, spa
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
     resumed = json.loads((run / "ranks" / "rank0.json").read_text())["paths"]
-    full = dict((s, p) for s, p in json.loads((trained / "ranks" / "rank0.json").read_text())["paths"])
-    assert resumed and all(full[s] == p for s, p in resumed)
+    full = json.loads((trained / "ranks" / "rank0.json").read_text())["paths"]
+    assert resumed and resumed == [e for e in full if e[0] >= resumed[0][0]]  # the same paths from there on
     assert resumed[0][0] >= killed_at - 1
 
 

@@ -106,3 +106,42 @@ class PadCollator:
     def __call__(self, rows: list[dict]) -> dict:
         return host_counts(pad_sequences(rows, {"input_ids": self.pad_token_id, "token_type_ids": 0,
                                                 "labels": IGNORE_INDEX}))
+
+
+FULL_ROUNDS = 7  # ceil(1 / MLM_PROBABILITY): each round masks about 1/7 (14 %) of the tokens, close to training's 15 %
+
+
+def full_split_rounds(rows: list[dict], tokenizer, rounds: int = FULL_ROUNDS, seed: int = 0) -> list[list[dict]]:
+    """Every non-special token of the validation rows masked exactly once over `rounds` disjoint masking rounds.
+
+    `rows` are validation rows as prepared (input_ids with the fixed masking applied, labels at the masked
+    positions): the original tokens are restored first. Each sequence's non-special positions are shuffled with
+    a generator seeded by `seed` (the data seed) and dealt round-robin to the rounds; in each round the chosen
+    positions get BERT's replacement (80 % [MASK], 10 % a random token, 10 % unchanged) and labels, the rest -100.
+    Returns one list of rows per round, each row keeping the index of its sequence (`seq`).
+    """
+    import numpy as np
+
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    rng = np.random.default_rng([seed, rounds])
+    special = set(tokenizer.all_special_ids)
+    mask_id, vocab = tokenizer.mask_token_id, len(tokenizer)
+    out: list[list[dict]] = [[] for _ in range(rounds)]
+    for seq, row in enumerate(rows):
+        original = [lab if lab != IGNORE_INDEX else tok for tok, lab in zip(row["input_ids"], row["labels"])]
+        eligible = np.array([i for i, t in enumerate(original) if t not in special], dtype=np.int64)
+        order = eligible[rng.permutation(len(eligible))]
+        draw = rng.random(len(order))  # replacement kind per position (its round does not matter)
+        random_tokens = rng.integers(0, vocab, len(order))
+        for r in range(rounds):
+            ids, labels = list(original), [IGNORE_INDEX] * len(original)
+            for k in range(r, len(order), rounds):
+                pos = int(order[k])
+                labels[pos] = original[pos]
+                if draw[k] < 0.8:
+                    ids[pos] = mask_id
+                elif draw[k] < 0.9:
+                    ids[pos] = int(random_tokens[k])
+            out[r].append({"input_ids": ids, "token_type_ids": row["token_type_ids"], "labels": labels, "seq": seq})
+    return out

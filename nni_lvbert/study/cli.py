@@ -3,7 +3,8 @@ from __future__ import annotations
 
 STUDIES = {
     "ranking": ("nni_lvbert.study.ranking", "RankingOptions", "run_ranking",
-                "inherited-weight vs stand-alone ranking: Kendall tau / Spearman rho with bootstrap intervals"),
+                "rankers (supernets, short training, zero-cost proxies) against a multi-seed stand-alone ground "
+                "truth: Kendall tau with bootstrap intervals, noise ceiling, regret, cost"),
     "search": ("nni_lvbert.study.search", "SearchStudyOptions", "run_search_study",
                "Algorithm 1 vs regularized evolution vs random at equal budget over several seeds"),
     "downstream": ("nni_lvbert.study.downstream", "DownstreamOptions", "run_downstream",
@@ -60,16 +61,29 @@ def _common(p, name: str) -> None:
 def _ranking_args(p) -> None:
     from ..cliargs import DeprecatedAlias
 
-    p.add_argument("--supernet", default="", metavar="RUN", help="a trained supernet run directory")
+    p.add_argument("--supernet", default="", metavar="RUN",
+                   help="the reference supernet run directory: its space, shape and data define the study, and it "
+                        "is the ranker spos")
+    p.add_argument("--rankers", nargs="+", default=None, metavar="RANKER",
+                   help="rankers to compare (default spos): spos | NAME=RUN (another supernet run, e.g. "
+                        "fair=runs/supernet-fair from `lvbert supernet train --sampling fair`) | short:N (N steps "
+                        "of stand-alone pre-training) | zc:grad-norm | zc:snip | zc:synflow (zero-cost proxies)")
     p.add_argument("--num-archs", "--archs", dest="num_archs", type=int, default=None, action=DeprecatedAlias,
                    old="--archs", new="--num-archs",
-                   help="architectures spread over the inherited-score range (default 12; quick 3), plus the baselines")
-    p.add_argument("--pool", type=int, default=None, help="random architectures scored to pick them from "
-                                                           "(default 100; quick 12)")
+                   help="orders stratified by composition and placement (default 20; quick 3), plus the baselines "
+                        "and the searched order")
+    p.add_argument("--num-seeds", type=int, default=None,
+                   help="stand-alone pre-training seeds per order for the ground truth, --seed .. --seed+N-1 "
+                        "(default 3; quick 2)")
     p.add_argument("--searched", default=None, metavar="DIR|FILE",
-                   help="a search directory (its 20 best join the pool, its winner the compared list) or best_arch.json")
+                   help="a search directory or its best_arch.json: the searched order joins the compared orders")
     p.add_argument("--no-baselines", dest="baselines", action="store_false",
                    help="leave out bert, dynamicconv, sandwich, lvbert-small")
+    p.add_argument("--val-masking", choices=["full", "fixed"], default="full",
+                   help="full: every validation token masked once over 7 rounds (default); fixed: the split's "
+                        "fixed 15 %% masking (7x cheaper, noisier)")
+    p.add_argument("--rank-by", choices=["acc", "loss"], default="acc",
+                   help="rank by validation MLM accuracy (default) or loss")
 
 
 def _search_args(p) -> None:
@@ -125,5 +139,6 @@ def run_study(args) -> dict:
     if args.val_tokens is None:  # the study's own default (search: as lvbert search run; others: all)
         args.val_tokens = options.val_tokens
     result = getattr(mod, fn)(options_from_args(options, args))
-    keys = ("kendall_tau", "kendall_tau_ci95", "spearman_rho", "spearman_rho_ci95", "n", "seeds", "budget")
+    keys = ("kendall_tau", "kendall_tau_ci95", "spearman_rho", "spearman_rho_ci95", "n", "seeds", "budget",
+            "orders", "noise_ceiling", "seed_std_median", "rankers", "result")
     return {"study": args.study, "out": args.out, **{k: result[k] for k in keys if k in result}}

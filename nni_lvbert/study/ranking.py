@@ -1,12 +1,17 @@
-"""`lvbert study ranking`: does the supernet's inherited-weight ranking agree with stand-alone training?
+"""`lvbert study ranking`: which ranker of orders agrees with stand-alone training, at what cost?
 
-1. a pool of architectures: `--pool` uniform random ones (seeded) plus, with `--searched DIR`, the best of that
-   search's history; each scored with inherited supernet weights on the study's validation tokens (pool.json);
-2. N of them spread evenly over the pool's score range (by rank), plus the named baselines that fit the space and
-   the searched architecture;
-3. each trained stand-alone from scratch (MLM, the supernet's shape, one budget, the supernet's data), and scored
-   on the very same validation tokens;
-4. Kendall tau and Spearman rho between the two scores with bootstrap 95 % intervals; ranking.json / .md / .png.
+1. the compared orders: `--num-archs` stratified by composition and placement (`orders.py`, seeded by `--seed`;
+   orders.json), the named baselines that fit the space, and with `--searched` the searched order;
+2. the ground truth: each order pre-trained stand-alone from scratch with `--num-seeds` seeds (MLM, the reference
+   supernet's shape and data, one budget; in the model store, shared and resumable), each model scored on the
+   whole validation split with every token masked once (`--val-masking full`), accuracy and loss with standard
+   errors; the ground truth of an order is its mean over seeds. The noise ceiling is the Kendall tau between the
+   means of two disjoint halves of the seeds (`stats.noise_ceiling`);
+3. every ranker of `--rankers` (`rankers.py`: supernets, `short:N`, `zc:PROXY`) scores every order, on the same
+   tokens for the trained ones, and records its cost in core-minutes;
+4. per ranker: Kendall tau and Spearman rho with bootstrap 95 % intervals, tau among the orders with both
+   attention and convolution, top-5 overlap, regret of its pick; ranking.json / .md / .png (tau and regret
+   against cost) and ranking-scatter.png (ground truth against each ranker).
 """
 from __future__ import annotations
 
@@ -14,183 +19,295 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..arch import NAMED_ARCHS, Arch
+from ..atomic import pyplot, save_figure, write_json, write_text
 from ..errors import UserError
-from ..atomic import write_json, write_text
 from ..safeio import read_json
-from ..atomic import pyplot, save_figure
 from .common import StudyOptions, begin, log, shown_path, shown_stats, start
-from .stats import markdown_table, rank_correlations
-from .store import Standalone, standalone_accuracy, train_all
+from .stats import kendall, markdown_table, noise_ceiling, rank_correlations, regret, top_overlap
+from .store import Standalone, mlm_model, train_all
 
-POOL = "pool.json"
+ORDERS = "orders.json"
+TRUTH = "ground_truth.json"
 RESULT = "ranking.json"
 
 
 @dataclass
 class RankingOptions(StudyOptions):
-    supernet: str = ""
-    num_archs: int | None = None  # N spread over the score range (default 12, quick 3)
-    pool: int | None = None  # random architectures scored to pick from (default 100, quick 12)
-    searched: str | None = None  # a search directory (its 20 best join the pool, its winner the list) or best_arch.json
+    supernet: str = ""  # the reference supernet: its space, shape and data define the study; the ranker `spos`
+    rankers: list[str] | None = None  # default: spos
+    num_archs: int | None = None  # stratified orders (default 20, quick 3), plus the baselines and the searched
+    num_seeds: int | None = None  # ground-truth pre-training seeds per order (default 3, quick 2)
+    searched: str | None = None  # a search directory or best_arch.json: its winner joins the orders
     baselines: bool = True
+    val_masking: str = "full"  # full: every validation token masked once over 7 rounds | fixed: the split's 15 %
+    rank_by: str = "acc"  # acc | loss: what the trained rankers and the ground truth are ranked by
 
 
 def _defaults(opts: RankingOptions) -> tuple[int, int]:
-    return (opts.num_archs if opts.num_archs is not None else (3 if opts.quick else 12),
-            opts.pool if opts.pool is not None else (12 if opts.quick else 100))
+    return (opts.num_archs if opts.num_archs is not None else (3 if opts.quick else 20),
+            opts.num_seeds if opts.num_seeds is not None else (2 if opts.quick else 3))
 
 
-def _search_archs(searched: str | None, scorer) -> tuple[list[Arch], Arch | None]:
-    """(the 20 best of a search's history, its winner) from a search directory or a best_arch.json."""
-    if not searched:
-        return [], None
-    from ..search.history import read_history
+def study_orders(spec, num_archs: int, seed: int, searched: str | None = None, baselines: bool = True
+                 ) -> list[tuple[Arch, str]]:
+    """The compared orders as (order, role): `num_archs` stratified by composition and placement (`orders.py`,
+    seeded), then the named baselines that fit the space, then the searched order (a search directory or a
+    best_arch.json). Each order once (its first role)."""
+    from .orders import stratified_orders
 
-    path = Path(searched)
-    best_file = path / "best_arch.json" if path.is_dir() else path
-    best = read_json(best_file, "search result (best_arch.json)")
-    if "arch" not in best:
-        raise UserError(f"{best_file} is not a best_arch.json (no 'arch')")
-    winner = scorer.parse(best["arch"])
-    history = best_file.parent / "history.jsonl"
-    records = sorted(read_history(history), key=lambda r: -r["score"]) if history.is_file() else []
-    return [scorer.parse(r["arch"]) for r in records[:20]], winner
+    chosen: dict[Arch, str] = dict(stratified_orders(spec.candidates, spec.slots, num_archs, seed))
+    if baselines:
+        for name in NAMED_ARCHS:
+            try:
+                chosen.setdefault(Arch.parse(name, spec), name)
+            except UserError:
+                log(f"baseline {name} does not fit the space ({'/'.join(spec.candidates)}); left out")
+    if searched:
+        path = Path(searched)
+        best_file = path / "best_arch.json" if path.is_dir() else path
+        best = read_json(best_file, "search result (best_arch.json)")
+        if "arch" not in best:
+            raise UserError(f"{best_file} is not a best_arch.json (no 'arch')")
+        chosen.setdefault(Arch.parse(best["arch"], spec), "searched")
+    return list(chosen.items())
 
 
-def _pick(pool: list[tuple[Arch, float]], n: int) -> list[Arch]:
-    """n architectures at evenly spaced ranks of the pool sorted by score (lowest, ..., highest)."""
-    ranked = sorted(pool, key=lambda p: (p[1], p[0].compact))
-    if n >= len(ranked):
-        return [a for a, _ in ranked]
-    if n == 1:
-        return [ranked[-1][0]]
-    return [ranked[round(i * (len(ranked) - 1) / (n - 1))][0] for i in range(n)]
+def standalone_specs(orders: list[tuple[Arch, str]], seeds, *, size: str, cfg: dict, budget, data: str,
+                     data_seed: int) -> list[tuple[str, Standalone]]:
+    """The ground truth's stand-alone MLM trainings, seed-major (every order's first seed before any second seed:
+    an interrupted study has a whole one-seed ranking first)."""
+    return [(f"stand-alone MLM training of {arch.compact} ({role}, seed {seed})",
+             Standalone(arch=arch.compact, objective="mlm", size=size, model_config=cfg, budget=budget,
+                        data=data, seed=seed, data_seed=data_seed))
+            for seed in seeds for arch, role in orders]
 
 
 def run_ranking(opts: RankingOptions) -> dict:
     import numpy as np
 
+    from ..config import size_names
     from ..search.scorer import SupernetScorer
+    from .rankers import parse_rankers
 
     opts = begin(opts, "study")
     if not opts.supernet:
-        raise UserError("give the trained supernet with --supernet RUN")
-    n, pool_size = _defaults(opts)
-    if n < 3:
-        raise UserError(f"--archs must be at least 3 (rank correlations), got {n}")
+        raise UserError("give the reference supernet with --supernet RUN (its space, shape and data)")
+    n, k = _defaults(opts)
+    if k < 1:
+        raise UserError(f"--num-seeds must be at least 1, got {k}")
+    if opts.rank_by not in ("acc", "loss"):
+        raise UserError(f"--rank-by must be acc or loss, got {opts.rank_by!r}")
+    rankers = parse_rankers(opts.rankers or ["spos"], opts.supernet)
     budget = opts.budget()
-    scorer = SupernetScorer(opts.supernet, val_tokens=opts.val_tokens, device="cpu", prefix_cache=True)
-    from_search, searched = _search_archs(opts.searched, scorer)
-    out = start(opts)
+    ref = SupernetScorer(opts.supernet, val_tokens=opts.val_tokens, device="cpu", prefix_cache=False,
+                         masking=opts.val_masking, data_seed=opts.data_seed)
 
-    # 1. the pool, scored with inherited weights (stored: a resumed study does not re-score it)
-    if (out / POOL).is_file():
-        pool = [(scorer.parse(p["arch"]), p["score"]) for p in read_json(out / POOL)["pool"]]
+    # 1. the orders (stored: a resumed study keeps its set)
+    stored = Path(opts.out) / ORDERS
+    if opts.resume and stored.is_file():
+        orders = [(ref.parse(o["arch"]), o["role"]) for o in read_json(stored)["orders"]]
     else:
-        rng = np.random.default_rng(opts.seed)
-        cands = scorer.spec.candidates
-        archs = {Arch(tuple(cands[int(i)] for i in rng.integers(0, len(cands), scorer.spec.slots)))
-                 for _ in range(pool_size)}
-        archs = sorted(archs | set(from_search))
-        log(f"scoring a pool of {len(archs)} architectures with inherited weights")
-        pool = [(a, scorer.score(a)) for a in _progress(archs, opts.progress, "inherited")]
-        write_json(out / POOL, {"pool": [{"arch": a.compact, "score": s} for a, s in pool],
-                                       "random": pool_size, "from_search": len(from_search),
-                                       "validation": shown_stats(scorer.val_stats)})
+        orders = study_orders(ref.spec, n, opts.seed, opts.searched, opts.baselines)
+    if len(orders) < 3:
+        raise UserError(f"rank correlations need at least 3 orders, got {len(orders)}")
+    out = start(opts)
+    if not (out / ORDERS).is_file():
+        from .orders import composition
 
-    # 2. the compared architectures
-    chosen: dict[Arch, str] = {a: "spread" for a in _pick(pool, n)}
-    if searched is not None:
-        chosen[searched] = "searched"
-    if opts.baselines:
-        for name in NAMED_ARCHS:
-            try:
-                chosen.setdefault(scorer.parse(name), name)
-            except UserError:
-                log(f"baseline {name} does not fit the supernet's space ({'/'.join(scorer.spec.candidates)}); "
-                    "left out")
-    inherited = dict(pool)
-    for a in chosen:
-        if a not in inherited:
-            inherited[a] = scorer.score(a)
+        write_json(out / ORDERS, {"seed": opts.seed, "stratified": n, "orders": [
+            {"arch": a.compact, "role": role, **composition(a)} for a, role in orders]})
+    archs = [a for a, _ in orders]
 
-    # 3. stand-alone training, scored on the same tokens
-    data = scorer.val_stats["data"]
-    from ..config import size_names
+    # 2. the ground truth: every order x seed, stand-alone, scored on every validation token
+    data = ref.val_stats["data"]
+    size = ref.meta.get("size")  # the supernet's training preset; its shape comes from model_config.json
+    size = size if size in size_names() else ref.spec.size
 
-    size = scorer.meta.get("size")  # the supernet's training preset; its shape comes from model_config.json
-    size = size if size in size_names() else scorer.spec.size
-    order = sorted(chosen.items(), key=lambda kv: -inherited[kv[0]])
-    specs = [(f"stand-alone MLM training of {arch.compact} ({role})",
-              Standalone(arch=arch.compact, objective="mlm", size=size, model_config=scorer.cfg.to_dict(),
-                         budget=budget, data=data, seed=opts.seed, data_seed=opts.data_seed))
-             for arch, role in order]
+    def spec_of(arch: Arch, seed: int, b=budget) -> Standalone:
+        return Standalone(arch=arch.compact, objective="mlm", size=size, model_config=ref.cfg.to_dict(), budget=b,
+                          data=data, seed=seed, data_seed=opts.data_seed)
+
+    seeds = list(range(opts.seed, opts.seed + k))
+    specs = standalone_specs(orders, seeds, size=size, cfg=ref.cfg.to_dict(), budget=budget, data=data,
+                             data_seed=opts.data_seed)
     paths = train_all(specs, opts.store(), opts.progress)
-    rows = [{"arch": arch.compact, "role": role, "inherited": inherited[arch],
-             "standalone": standalone_accuracy(path, scorer.batches), "run": str(path)}
-            for (arch, role), path in zip(order, paths)]
-    stats = rank_correlations([r["inherited"] for r in rows], [r["standalone"] for r in rows], seed=opts.seed)
+    truth = _score_truth(out, [p for p in paths], ref.batches, opts.rank_by)
+    per_seed = np.array([[truth[p.name]["score"] for p in paths[i::len(orders)]] for i in range(len(orders))])
+    gt = per_seed.mean(1)
+
+    # 3. the rankers
+    results = {}
+    for r in rankers:
+        results[r.name] = _ranker_result(r, out, archs, opts, ref, spec_of, budget)
+
+    # 4. statistics
+    mixed = [i for i, a in enumerate(archs) if _mixed(a)]
+    spread = float(np.median(per_seed.std(1, ddof=1))) if k > 1 else None
+    table = []
+    for r in rankers:
+        scores = np.array([results[r.name]["scores"][a.compact] for a in archs])
+        stats = rank_correlations(scores, gt, seed=opts.seed)
+        table.append({"ranker": r.name, "kind": r.kind, "core_minutes": results[r.name]["core_minutes"],
+                      **{key: stats[key] for key in ("kendall_tau", "kendall_tau_ci95", "spearman_rho",
+                                                     "spearman_rho_ci95")},
+                      "undefined": stats.get("undefined"),
+                      "kendall_tau_mixed": kendall(scores[mixed], gt[mixed]) if len(mixed) >= 3 else None,
+                      "top5_overlap": top_overlap(scores, gt, 5),
+                      **{key: v if key != "pick" else archs[v].compact for key, v in regret(scores, gt).items()}})
+    rows = [{"arch": a.compact, "role": role, "ground_truth": float(gt[i]),
+             "seeds": per_seed[i].tolist(), "seed_std": float(per_seed[i].std(ddof=1)) if k > 1 else None,
+             "se": float(np.mean([truth[p.name][f"mlm_{opts.rank_by}_se"] for p in paths[i::len(orders)]])),
+             **{r.name: results[r.name]["scores"][a.compact] for r in rankers}}
+            for i, (a, role) in enumerate(orders)]
     result = {"study": "ranking", "supernet": shown_path(opts.supernet), "size": size,
-              "budget": budget.__dict__, "seed": opts.seed, "data": shown_path(data),
-              "validation": shown_stats(scorer.val_stats),
-              "pool": len(pool), "rows": rows, **stats}
+              "budget": budget.__dict__, "seeds": seeds, "data": shown_path(data), "rank_by": opts.rank_by,
+              "validation": shown_stats(ref.val_stats), "orders": len(orders), "mixed_orders": len(mixed),
+              "noise_ceiling": noise_ceiling(per_seed), "seed_std_median": spread,
+              "ground_truth_core_minutes": sum(truth[p.name]["core_minutes"] for p in paths),
+              "rankers": table, "rows": rows,
+              "ranker_details": {name: {key: v for key, v in res.items() if key not in ("scores", "metrics")}
+                                 for name, res in results.items()}}
     _report(result, out)
     write_json(out / RESULT, result)
-    return result
+    return {key: result[key] for key in ("orders", "noise_ceiling", "seed_std_median")} | {
+        "rankers": {t["ranker"]: {"kendall_tau": t["kendall_tau"], "regret": t["regret"],
+                                  "core_minutes": round(t["core_minutes"], 2)} for t in table},
+        "result": str(out / RESULT)}
 
 
-def _progress(items, enabled: bool, desc: str):
-    import sys
+def _mixed(arch: Arch) -> bool:
+    from .orders import is_mixed
 
-    from tqdm.auto import tqdm
+    return is_mixed(arch)
 
-    return tqdm(items, desc=desc, disable=not enabled, file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
+
+def _score_truth(out: Path, paths: list[Path], batches, rank_by: str) -> dict:
+    """{model dir name: metrics + score + training core-minutes}, computed once per model (kept in
+    ground_truth.json as they come, so a killed study does not score a model twice)."""
+    from .rankers import _meta, core_minutes, standalone_metrics
+
+    known = read_json(out / TRUTH)["models"] if (out / TRUTH).is_file() else {}
+    for i, path in enumerate(paths):
+        if path.name in known:
+            continue
+        log(f"[{i + 1}/{len(paths)}] scoring {path.name} on {len(batches)} validation batches")
+        m = standalone_metrics(mlm_model(path), batches)
+        known[path.name] = {**m, "score": m["mlm_acc"] if rank_by == "acc" else -m["mlm_loss"],
+                            "core_minutes": core_minutes(_meta(path))}
+        write_json(out / TRUTH, {"models": known})
+    return known
+
+
+def _ranker_result(r, out: Path, archs, opts, ref, spec_of, budget) -> dict:
+    """One ranker's scores of every order (kept in rankers/<name>.json; recomputed only when orders are missing)."""
+    import dataclasses
+
+    from .rankers import short_scores, supernet_scores, zc_scores
+
+    path = out / "rankers" / f"{r.name.replace('/', '_').replace(':', '-')}.json"
+    if path.is_file():
+        stored = read_json(path)
+        if all(a.compact in stored["scores"] for a in archs):
+            return stored
+    log(f"ranker {r.name}: scoring {len(archs)} orders")
+    if r.kind == "supernet":
+        res = supernet_scores(r, archs, opts.val_masking, ref.val_stats["data"], opts.data_seed, opts.val_tokens,
+                              opts.rank_by)
+    elif r.kind == "short":
+        short = dataclasses.replace(budget, steps=int(r.arg), warmup_steps=min(budget.warmup_steps, int(r.arg) // 10))
+        res = short_scores(r, archs, lambda a, steps: spec_of(a, opts.seed, short), opts.store(), ref.batches,
+                           opts.rank_by, opts.progress)
+    else:
+        res = zc_scores(r, archs, ref.cfg, ref.batches[0], opts.seed)
+    res = {"ranker": r.name, "kind": r.kind, "arg": r.arg, **res}
+    write_json(path, res)
+    return res
 
 
 def _ci(ci) -> str:
     return f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "n/a"
 
 
-def _num(v) -> str:
-    return "undefined" if v is None else f"{v:.3f}"
+def _num(v, digits: int = 3) -> str:
+    return "n/a" if v is None else f"{v:.{digits}f}"
 
 
 def _report(result: dict, out: Path) -> None:
-    rows = result["rows"]
-    b = result["budget"]
-    md = [f"# Inherited-weight vs stand-alone ranking ({result['n']} architectures)\n",
-          f"Supernet `{result['supernet']}` (size {result['size']}); stand-alone: MLM from scratch, {b['steps']} "
-          f"steps, batch {b['batch_size']}, lr {b['lr']:g}, warm-up {b['warmup_steps']}, seed {result['seed']}; "
-          f"both scored on the same {result['validation']['masked_tokens']} masked validation tokens.\n",
-          f"- Kendall tau **{_num(result['kendall_tau'])}** (95 % bootstrap {_ci(result['kendall_tau_ci95'])})",
-          f"- Spearman rho **{_num(result['spearman_rho'])}** (95 % bootstrap {_ci(result['spearman_rho_ci95'])})"
-          + (f" — {result['undefined']}" if result.get("undefined") else "") + "\n",
-          markdown_table(["arch", "role", "inherited", "stand-alone"],
-                         [[f"`{r['arch']}`", r["role"], r["inherited"], r["standalone"]] for r in rows])]
+    b, ceiling = result["budget"], result["noise_ceiling"]
+    ceiling_text = (f"{ceiling['kendall_tau']:.3f} (halves of {ceiling['halves'][0]} and {ceiling['halves'][1]} "
+                    f"seeds; {ceiling['splits']} splits, {ceiling['min']:.3f} to {ceiling['max']:.3f})"
+                    if ceiling else "n/a (one seed)")
+    md = [f"# Rankers against stand-alone training ({result['orders']} orders, {len(result['seeds'])} seeds)\n",
+          f"Reference supernet `{result['supernet']}` (size {result['size']}). Ground truth: MLM from scratch, "
+          f"{b['steps']} steps, batch {b['batch_size']}, lr {b['lr']:g}, warm-up {b['warmup_steps']}, seeds "
+          f"{', '.join(map(str, result['seeds']))}; scored by {result['rank_by']} on "
+          f"{result['validation']['masked_tokens']} masked validation tokens "
+          f"({result['validation'].get('masking', 'fixed')} masking).\n",
+          f"- noise ceiling (Kendall tau between seed halves): **{ceiling_text}**",
+          f"- median seed spread (std over seeds) of an order's score: {_num(result['seed_std_median'], 4)}",
+          f"- orders with both attention and convolution: {result['mixed_orders']}\n",
+          markdown_table(["ranker", "core-min", "Kendall tau [95 %]", "Spearman rho", "tau (mixed)", "top-5",
+                          "regret", "pick (its rank)"],
+                         [[t["ranker"], f"{t['core_minutes']:.1f}",
+                           f"{_num(t['kendall_tau'])} {_ci(t['kendall_tau_ci95'])}", _num(t["spearman_rho"]),
+                           _num(t["kendall_tau_mixed"]), f"{t['top5_overlap']:.1f}", _num(t["regret"], 4),
+                           f"`{t['pick']}` ({t['pick_rank']})"] for t in result["rankers"]]),
+          markdown_table(["order", "role", "ground truth", "seed std", *[t["ranker"] for t in result["rankers"]]],
+                         [[f"`{r['arch']}`", r["role"], r["ground_truth"], _num(r["seed_std"], 4),
+                           *[r[t["ranker"]] for t in result["rankers"]]]
+                          for r in sorted(result["rows"], key=lambda r: -r["ground_truth"])])]
     write_text(out / "ranking.md", "\n".join(md))
+    _plot_cost(result, out / "ranking.png")
+    _plot_scatter(result, out / "ranking-scatter.png")
+
+
+def _plot_cost(result: dict, path: Path) -> None:
+    """Kendall tau (with its interval) and regret against each ranker's cost, log scale."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    for role, marker in (("spread", "o"), ("searched", "*")):
-        pts = [(r["inherited"], r["standalone"]) for r in rows if r["role"] == role]
-        if pts:
-            ax.scatter(*zip(*pts), marker=marker, s=90 if role == "searched" else 30, label=role, zorder=3)
-    named = [r for r in rows if r["role"] not in ("spread", "searched")]
-    if named:
-        ax.scatter([r["inherited"] for r in named], [r["standalone"] for r in named], marker="s", s=36,
-                   label="baselines", zorder=3)
-    _label_points(ax, [(r["role"], r["inherited"], r["standalone"]) for r in rows if r["role"] != "spread"],
-                  [(r["inherited"], r["standalone"]) for r in rows])
-    ax.set_xlabel("inherited-weight MLM accuracy (supernet)")
-    ax.set_ylabel("stand-alone MLM accuracy")
-    if result["kendall_tau"] is None:  # e.g. --quick: too few distinct scores to rank
-        title = f"Kendall τ undefined: {result.get('undefined') or 'the scores do not vary'}"
-    else:
-        title = (f"Kendall τ = {_num(result['kendall_tau'])} {_ci(result['kendall_tau_ci95'])}, "
-                 f"Spearman ρ = {_num(result['spearman_rho'])}")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    save_figure(fig, out / "ranking.png", dpi=110, bbox_inches="tight")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    for t in result["rankers"]:
+        cost = max(t["core_minutes"], 1e-3)
+        if t["kendall_tau"] is not None:
+            ci = t["kendall_tau_ci95"] or [t["kendall_tau"]] * 2
+            left.errorbar([cost], [t["kendall_tau"]], yerr=[[t["kendall_tau"] - ci[0]], [ci[1] - t["kendall_tau"]]],
+                          fmt="o", capsize=3)
+            left.annotate(t["ranker"], (cost, t["kendall_tau"]), fontsize=8, xytext=(5, 4), textcoords="offset points")
+        right.plot([cost], [t["regret"]], "o")
+        right.annotate(t["ranker"], (cost, t["regret"]), fontsize=8, xytext=(5, 4), textcoords="offset points")
+    ceiling = result["noise_ceiling"]
+    if ceiling:
+        left.axhline(ceiling["kendall_tau"], ls="--", color="0.4", lw=1, label="noise ceiling")
+        left.legend(fontsize=8)
+    if result["seed_std_median"] is not None:
+        right.axhline(result["seed_std_median"], ls="--", color="0.4", lw=1, label="median seed spread")
+        right.legend(fontsize=8)
+    for ax, label in ((left, "Kendall τ against the ground truth"), (right, "regret of the pick")):
+        ax.set_xscale("log")
+        ax.set_xlabel("cost (core-minutes)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{result['orders']} orders, {len(result['seeds'])}-seed stand-alone ground truth", fontsize=10)
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
+
+
+def _plot_scatter(result: dict, path: Path) -> None:
+    """The ground truth against each ranker's scores, one panel per ranker, the named orders labelled."""
+    plt = pyplot()
+    rankers = result["rankers"]
+    fig, axes = plt.subplots(1, len(rankers), figsize=(4.2 * len(rankers), 3.8), squeeze=False)
+    rows = result["rows"]
+    for ax, t in zip(axes[0], rankers):
+        name = t["ranker"]
+        ax.scatter([r[name] for r in rows], [r["ground_truth"] for r in rows], s=22, zorder=3)
+        _label_points(ax, [(r["role"], r[name], r["ground_truth"]) for r in rows if r["role"] in NAMED_ARCHS
+                           or r["role"] == "searched"], [(r[name], r["ground_truth"]) for r in rows])
+        title = f"{name}: τ {_num(t['kendall_tau'], 2)}" if t["kendall_tau"] is not None else \
+            f"{name}: τ n/a ({t.get('undefined') or 'all scores equal'})"
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(f"{name} score")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("ground truth (stand-alone, seed mean)")
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
 
 
 def _label_points(ax, labels, points=(), fontsize: int = 8) -> None:

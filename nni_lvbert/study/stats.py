@@ -50,3 +50,59 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def kendall(x, y) -> float | None:
+    """Kendall tau-b, None when undefined (fewer than 3 pairs, or constant on one side)."""
+    import numpy as np
+    from scipy.stats import kendalltau
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 3 or len(np.unique(x)) < 2 or len(np.unique(y)) < 2:
+        return None
+    return float(kendalltau(x, y).statistic)
+
+
+def noise_ceiling(per_seed) -> dict | None:
+    """How well any ranker could agree with the ground truth: Kendall tau between the seed-means of two disjoint
+    halves of the pre-training seeds (orders x seeds), over every split into halves of k//2 and k - k//2 seeds
+    (mean, min, max). It is the agreement of two independent, half-size ground truths; the full k-seed mean is
+    less noisy than either half, so this bounds the attainable tau from below rather than exactly."""
+    import itertools
+
+    import numpy as np
+
+    per_seed = np.asarray(per_seed, float)
+    k = per_seed.shape[1] if per_seed.ndim == 2 else 0
+    if k < 2:
+        return None
+    taus = []
+    for half in itertools.combinations(range(k), k // 2):
+        rest = [s for s in range(k) if s not in half]
+        tau = kendall(per_seed[:, list(half)].mean(1), per_seed[:, rest].mean(1))
+        if tau is not None:
+            taus.append(tau)
+    if not taus:
+        return None
+    return {"kendall_tau": float(np.mean(taus)), "min": float(min(taus)), "max": float(max(taus)),
+            "splits": len(taus), "halves": [k // 2, k - k // 2]}
+
+
+def top_overlap(scores, truth, k: int = 5) -> float:
+    """Share of the ground truth's top k that the ranker's top k holds (ties broken by position)."""
+    import numpy as np
+
+    k = min(k, len(truth))
+    top = lambda v: set(np.argsort(-np.asarray(v, float), kind="stable")[:k].tolist())  # noqa: E731
+    return len(top(scores) & top(truth)) / k
+
+
+def regret(scores, truth) -> dict:
+    """The ground truth's best minus the ground-truth score of the ranker's pick (its top-scored order), and the
+    pick's ground-truth rank (1 = best)."""
+    import numpy as np
+
+    scores, truth = np.asarray(scores, float), np.asarray(truth, float)
+    pick = int(np.argmax(scores))
+    return {"regret": float(truth.max() - truth[pick]), "pick": pick,
+            "pick_rank": int((truth > truth[pick]).sum()) + 1}

@@ -13,7 +13,12 @@ from pathlib import Path
 
 from ..atomic import write_json
 from ..rundir import META, OPTIONS, RunDir
+from ..shape import ModelShape
 from .common import Budget, log
+
+
+_MISSING = object()
+_SHAPE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelShape)}
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,11 @@ class Standalone:
     data_seed: int
 
     def key(self) -> str:
-        blob = json.dumps({**dataclasses.asdict(self), "data": str(Path(self.data).resolve())}, sort_keys=True)
+        # the shape without its default-valued fields: a field added to ModelShape later (with a default) does
+        # not re-key the models already in a store
+        shape = {k: v for k, v in self.model_config.items() if _SHAPE_DEFAULTS.get(k, _MISSING) != v}
+        blob = json.dumps({**dataclasses.asdict(self), "model_config": shape, "data": str(Path(self.data).resolve())},
+                          sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
     def dirname(self) -> str:

@@ -18,6 +18,9 @@ def register(sub) -> None:
     t.add_argument("--seed", type=int, default=d.seed, help="seed of the paths, batches and initialisation")
     add_training_args(t, "optimisation (defaults: LV-BERT Table 5; tiny preset for --size tiny)")
     t.add_argument("--sharing", choices=["none", "type"], default=None, help="cross-layer sharing (ALBERT)")
+    t.add_argument("--sampling", choices=["spos", "fair"], default=d.sampling,
+                   help="spos: one uniform path per step (default); fair: FairNAS strict fairness, the gradients of "
+                        "4 paths that train every layer type of every slot once, then one step (4x the compute)")
     t.add_argument("--record-paths", action="store_true", help="write every sampled path per rank (debug/tests)")
     t.set_defaults(func=run_train)
     p.set_defaults(func=lambda args: p.print_help() or 2)

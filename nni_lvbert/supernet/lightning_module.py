@@ -37,12 +37,17 @@ class MLMModule(LightningModule):
                           positions=batch.get("mlm_positions"))
 
     def training_step(self, batch, batch_idx):
-        out = self(batch)
-        acc = out.correct.float() / out.count.clamp(min=1)
-        self.log("train_loss", out.loss, prog_bar=True)
-        self.log("train_mlm_acc", acc, prog_bar=True)
+        return self.training_loss([self(batch)], batch)
+
+    def training_loss(self, outputs, batch):
+        """The loss to back-propagate for one batch's forward passes (one per path; FairNAS sums the m paths'
+        losses, so their gradients accumulate into one step), logged as the mean loss and the pooled accuracy."""
+        loss = outputs[0].loss if len(outputs) == 1 else torch.stack([o.loss for o in outputs]).sum()
+        correct, count = sum(o.correct for o in outputs), sum(o.count for o in outputs)
+        self.log("train_loss", loss / len(outputs), prog_bar=True)
+        self.log("train_mlm_acc", correct.float() / count.clamp(min=1), prog_bar=True)
         log_throughput(self, batch)
-        return out.loss
+        return loss
 
     def on_validation_epoch_start(self):
         self._val = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, correct, count

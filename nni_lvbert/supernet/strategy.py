@@ -20,6 +20,8 @@ from nni.nas.strategy import RandomOneShot
 # `filter`, `_sampling_patience`, `_sampling_attempt` and `supernet_modules()`.
 # Drop when: RandomOneShot's path is a function of (seed, step) and the two hooks are forwarded.
 VAL_STREAM = 1  # validation paths come from another stream than training paths
+FAIR_STREAM = 2  # FairNAS permutations
+SAMPLINGS = ("spos", "fair")
 
 
 def sample_path(choices: dict[str, list], seed: int, step: int, stream: int = 0, attempt: int = 0) -> dict[str, Any]:
@@ -30,16 +32,41 @@ def sample_path(choices: dict[str, list], seed: int, step: int, stream: int = 0,
     return {label: values[int(rng.integers(len(values)))] for label, values in choices.items()}
 
 
-class SeededSamplingModule(RandomSamplingLightningModule):
-    def __init__(self, training_module, seed: int = 0, filter: Callable | None = None,  # noqa: A002
-                 record_paths: bool = False):
-        super().__init__(training_module, filter)
-        self.seed, self._choices = seed, None
-        self.path_log: list[tuple[int, dict]] | None = [] if record_paths else None  # (step, path) per step
+def fair_paths(choices: dict[str, list], seed: int, step: int) -> list[dict[str, Any]]:
+    """FairNAS strict fairness (Chu et al., ICCV 2021): m paths (m = the choices per slot) where each slot's m
+    choices are a random permutation of its candidates, so every choice of every slot is in exactly one path.
+    Determined by (seed, step), like `sample_path`."""
+    import numpy as np
 
-    def sample(self, step: int, stream: int) -> dict[str, Any]:
+    sizes = {len(values) for values in choices.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"fair sampling needs the same number of choices in every slot, got {sorted(sizes)}")
+    rng = np.random.default_rng([seed, FAIR_STREAM, step])
+    perms = {label: rng.permutation(len(values)) for label, values in choices.items()}
+    return [{label: values[int(perms[label][k])] for label, values in choices.items()} for k in range(sizes.pop())]
+
+
+class SeededSamplingModule(RandomSamplingLightningModule):
+    """sampling: `spos` trains one uniform path per step; `fair` accumulates the gradients of the m paths of
+    `fair_paths` on the same batch, then takes one optimiser step (FairNAS)."""
+
+    def __init__(self, training_module, seed: int = 0, filter: Callable | None = None,  # noqa: A002
+                 record_paths: bool = False, sampling: str = "spos"):
+        super().__init__(training_module, filter)
+        if sampling not in SAMPLINGS:
+            raise ValueError(f"unknown sampling {sampling!r}")
+        if sampling == "fair" and filter is not None:
+            raise ValueError("fair sampling trains every choice each step: it takes no path filter")
+        self.seed, self._choices, self.sampling = seed, None, sampling
+        self.path_log: list[tuple[int, dict]] | None = [] if record_paths else None  # (step, path) per path
+
+    def choices(self) -> dict[str, list]:
         if self._choices is None:  # the space does not change during training
             self._choices = {label: list(m.values) for label, m in self.model.simplify().items()}
+        return self._choices
+
+    def sample(self, step: int, stream: int) -> dict[str, Any]:
+        self.choices()
         for attempt in range(self._sampling_patience):
             path = sample_path(self._choices, self.seed, step, stream, attempt)
             if self.filter is None or self.filter(path):
@@ -54,10 +81,16 @@ class SeededSamplingModule(RandomSamplingLightningModule):
         return result
 
     def training_step(self, batch, batch_idx):
-        path = self.activate(self.sample(self.trainer.global_step, stream=0))
-        if self.path_log is not None:
-            self.path_log.append((self.trainer.global_step, path))
-        return self.training_module.training_step(batch, batch_idx)
+        step = self.trainer.global_step
+        paths = (fair_paths(self.choices(), self.seed, step) if self.sampling == "fair"
+                 else [self.sample(step, stream=0)])
+        outputs = []
+        for path in paths:  # fair: m graphs, one backward (the sum of their losses), one optimiser step
+            path = self.activate(path)
+            if self.path_log is not None:
+                self.path_log.append((step, path))
+            outputs.append(self.training_module(batch))
+        return self.training_module.training_loss(outputs, batch)
 
     def validation_step(self, batch, batch_idx):
         # the same path for validation batch i in every validation run: curves are comparable over time
@@ -73,10 +106,11 @@ class SeededSamplingModule(RandomSamplingLightningModule):
 class SeededRandomOneShot(RandomOneShot):
     """`RandomOneShot(seed=...)`: SPOS with reproducible, rank-consistent path sampling."""
 
-    def __init__(self, seed: int = 0, filter=None, record_paths: bool = False, **kwargs) -> None:  # noqa: A002
+    def __init__(self, seed: int = 0, filter=None, record_paths: bool = False, sampling: str = "spos",  # noqa: A002
+                 **kwargs) -> None:
         super().__init__(filter=filter, **kwargs)
-        self.seed, self.record_paths = seed, record_paths
+        self.seed, self.record_paths, self.sampling = seed, record_paths, sampling
 
     def configure_oneshot_module(self, training_module) -> SeededSamplingModule:
         return SeededSamplingModule(training_module, seed=self.seed, filter=self.filter,
-                                    record_paths=self.record_paths)
+                                    record_paths=self.record_paths, sampling=self.sampling)

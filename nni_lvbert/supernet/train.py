@@ -1,13 +1,15 @@
 """Train the supernet: NasExperiment(space, Lightning evaluator, SeededRandomOneShot).
 
 Every step samples one layer type per slot (SPOS, LV-BERT §3.2) from (seed, global step), so the run is
-reproducible, resumable with the same future paths, and DDP ranks agree on the path.
+reproducible, resumable with the same future paths, and DDP ranks agree on the path. `--sampling fair` (FairNAS)
+trains m paths per step instead, every choice of every slot once, and steps once: m times SPOS's compute per step.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..errors import UserError
 from ..trainer import state_digest
 from ..presets import presets
 from ..training import TrainOptions, Training
@@ -23,6 +25,7 @@ class SupernetOptions(TrainOptions):
     space: str = "lvbert"
     sharing: str | None = None
     record_paths: bool = False  # write ranks/rank<r>.json with every sampled path and a weight digest
+    sampling: str = "spos"  # spos: one uniform path per step | fair: FairNAS, m paths covering every choice per step
 
 
 # options an nnictl tuner may set in a supernet trial (values kept as sent)
@@ -34,7 +37,7 @@ def train_supernet(opts: SupernetOptions) -> dict:
     from ..data import MLMDataModule
     from ..space import LVBertSpace
     from .lightning_module import MLMModule
-    from .strategy import SeededRandomOneShot
+    from .strategy import SAMPLINGS, SeededRandomOneShot
 
     t = Training.begin(opts, "supernet", tunable=TUNABLE)
     opts = t.opts
@@ -42,6 +45,8 @@ def train_supernet(opts: SupernetOptions) -> dict:
     opts.size = opts.size or spec.size
     cfg = load_size(opts.size, dropout=opts.resolved("dropout"), attention_dropout=opts.resolved("dropout"),
                     sharing=opts.sharing)
+    if opts.sampling not in SAMPLINGS:
+        raise UserError(f"--sampling must be one of {', '.join(SAMPLINGS)}, got {opts.sampling!r}")
     micro_batch = t.check()
     data = t.data(cfg)
     cfg.vocab_size = data.vocab_size  # a given tokenizer decides the vocabulary
@@ -49,7 +54,8 @@ def train_supernet(opts: SupernetOptions) -> dict:
     dm = MLMDataModule(data, batch_size=micro_batch, seed=opts.seed, num_workers=opts.num_workers)
     space = LVBertSpace(spec, cfg)
     result = t.fit(MLMModule(**t.schedule()), dm, space=space,
-                   strategy=SeededRandomOneShot(seed=opts.seed, record_paths=opts.record_paths))
+                   strategy=SeededRandomOneShot(seed=opts.seed, record_paths=opts.record_paths,
+                                                 sampling=opts.sampling))
     trainer = result.trainer
     if opts.record_paths:
         _record_rank(run, trainer, space, trainer.lightning_module.path_log)
@@ -57,7 +63,8 @@ def train_supernet(opts: SupernetOptions) -> dict:
         return {}
     run.save_weights(space, WEIGHTS)
     final = t.history[-1]["val_mlm_acc"] if t.history else result.previous.get("final_val_mlm_acc")
-    return t.finish(result, data, {"space": spec.to_dict(), "final_val_mlm_acc": final}, final=final)
+    return t.finish(result, data, {"space": spec.to_dict(), "sampling": opts.sampling,
+                                        "final_val_mlm_acc": final}, final=final)
 
 
 def _record_rank(run, trainer, space, path_log) -> None:

@@ -1,0 +1,133 @@
+"""The rankers a ranking study compares: each scores every compared order (larger is better) and records what the
+scores cost in core-minutes (training included). Each is an option of an ordinary command, not study-only code:
+
+- `spos` (the study's `--supernet`) or `NAME=RUN` (any supernet run directory: `lvbert supernet train`, with
+  `--sampling fair` for FairNAS): inherited-weight scores (`lvbert search score`); cost = the supernet's
+  training plus the scoring;
+- `short:N`: N steps of stand-alone MLM pre-training (`lvbert pretrain --max-steps N`) at the study's batch and lr,
+  kept in the model store; cost = the trainings plus the scoring;
+- `zc:NAME`: a zero-cost proxy of a freshly initialised model (`lvbert search score --proxy NAME`); cost = its
+  computation.
+
+`--rank-by loss` ranks the trained rankers by (minus) validation MLM loss instead of accuracy.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UserError
+
+
+@dataclass(frozen=True)
+class Ranker:
+    name: str  # as the study reports it
+    kind: str  # supernet | short | zc
+    arg: str  # the supernet run directory, the steps, or the proxy
+
+
+def parse_rankers(items: list[str], supernet: str) -> list[Ranker]:
+    """`spos`, `NAME=RUN`, `short:N`, `zc:PROXY`; one error line for anything else."""
+    from ..search.proxies import check_proxy
+
+    out: list[Ranker] = []
+    for item in items:
+        if item == "spos":
+            out.append(Ranker("spos", "supernet", supernet))
+        elif "=" in item:
+            name, run = item.split("=", 1)
+            if not name or not run:
+                raise UserError(f"--rankers item {item!r}: give NAME=RUN (a supernet run directory)")
+            out.append(Ranker(name, "supernet", run))
+        elif item.startswith("short:"):
+            steps = item.split(":", 1)[1]
+            if not steps.isdigit() or int(steps) < 1:
+                raise UserError(f"--rankers item {item!r}: short:N needs N >= 1 training steps")
+            out.append(Ranker(item, "short", steps))
+        elif item.startswith("zc:"):
+            out.append(Ranker(item, "zc", check_proxy(item.split(":", 1)[1])))
+        else:
+            raise UserError(f"unknown ranker {item!r}; use spos, NAME=RUN (a supernet run directory), short:N "
+                            "or zc:grad-norm|snip|synflow")
+    names = [r.name for r in out]
+    if len(set(names)) != len(names):
+        raise UserError(f"--rankers names repeat: {', '.join(names)}")
+    for r in out:
+        if r.kind == "supernet" and not (Path(r.arg) / "meta.json").is_file():
+            raise UserError(f"ranker {r.name}: {r.arg} is not a finished supernet run directory")
+    return out
+
+
+def core_minutes(meta: dict) -> float:
+    """The training cost a run's meta.json records: seconds x CPU threads (x ranks) / 60; on an accelerator,
+    device-minutes x ranks."""
+    scale = meta.get("world_size") or 1
+    if meta.get("device_type", "cpu") == "cpu":
+        scale *= meta.get("cpu_threads") or 1
+    return meta["train_seconds"] * scale / 60
+
+
+def _scoring_minutes(seconds: float) -> float:
+    import torch
+
+    return seconds * torch.get_num_threads() / 60
+
+
+def supernet_scores(ranker: Ranker, archs, masking: str, data: str, data_seed: int, val_tokens: int,
+                    rank_by: str) -> dict:
+    from ..search.scorer import SupernetScorer
+    from ..supernet.rundir import load_supernet
+
+    supernet = load_supernet(ranker.arg)
+    start = time.perf_counter()
+    scorer = SupernetScorer(supernet, val_tokens=val_tokens, data=data, prefix_cache=False, device="cpu",
+                            masking=masking, data_seed=data_seed)
+    metrics = {a.compact: scorer.metrics(a) for a in archs}
+    return {"scores": {a: _score(m, rank_by) for a, m in metrics.items()}, "metrics": metrics,
+            "sampling": supernet.meta.get("sampling", "spos"), "steps": supernet.meta.get("steps"),
+            "train_core_minutes": core_minutes(supernet.meta),
+            "core_minutes": core_minutes(supernet.meta) + _scoring_minutes(time.perf_counter() - start)}
+
+
+def short_scores(ranker: Ranker, archs, spec_of, store: Path, batches, rank_by: str, progress: bool) -> dict:
+    """`spec_of(arch, budget_steps)` gives the arch's Standalone spec at N steps."""
+    from .store import mlm_model, train_all
+
+    specs = [(f"{ranker.name}: {a.compact}", spec_of(a, int(ranker.arg))) for a in archs]
+    paths = train_all(specs, store, progress)
+    start = time.perf_counter()
+    metrics = {a.compact: standalone_metrics(mlm_model(p), batches) for a, p in zip(archs, paths)}
+    train = sum(core_minutes(_meta(p)) for p in paths)
+    return {"scores": {a: _score(m, rank_by) for a, m in metrics.items()}, "metrics": metrics,
+            "steps": int(ranker.arg), "runs": [str(p) for p in paths], "train_core_minutes": train,
+            "core_minutes": train + _scoring_minutes(time.perf_counter() - start)}
+
+
+def zc_scores(ranker: Ranker, archs, cfg, batch, seed: int) -> dict:
+    from ..search.proxies import proxy_score
+
+    start = time.perf_counter()
+    scores = {a.compact: proxy_score(ranker.arg, cfg, a, batch, seed=seed) for a in archs}
+    return {"scores": scores, "proxy": ranker.arg, "core_minutes": _scoring_minutes(time.perf_counter() - start)}
+
+
+def standalone_metrics(model, batches) -> dict:
+    from ..search.scorer import model_metrics
+
+    return model_metrics(model.to(batches[0].input_ids.device), batches)
+
+
+def _score(metrics: dict, rank_by: str) -> float:
+    return metrics["mlm_acc"] if rank_by == "acc" else -metrics["mlm_loss"]
+
+
+def _meta(path: Path) -> dict:
+    from ..safeio import read_json
+
+    return read_json(path / "meta.json", "run meta")
+
+
+def as_record(ranker: Ranker) -> dict:
+    return dataclasses.asdict(ranker)
