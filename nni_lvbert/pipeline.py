@@ -42,6 +42,8 @@ class PipelineOptions(DataOptions):
     pretrain_max_steps: int | None = None
     strategies: list[str] = field(default_factory=lambda: ["evolution"])
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
+    rerank: int = 0  # two-stage search (lvbert search run --rerank)
+    rerank_steps: int = 300
     devices: str = "1"
     accelerator: str = "auto"
     compile: str | None = None  # torch.compile backend for the supernet and --objective (pre-training) trainings
@@ -52,7 +54,7 @@ class PipelineOptions(DataOptions):
 
 
 def register(sub) -> None:
-    from .search.cli import add_evolution_args, add_search_strategy_arg
+    from .search.cli import add_evolution_args, add_rerank_args, add_search_strategy_arg
 
     d = PipelineOptions()
     p = sub.add_parser("run", help="whole pipeline: data -> supernet -> search -> best_arch.json + plot")
@@ -76,6 +78,7 @@ def register(sub) -> None:
                    action=DeprecatedAlias, old="--pretrain-steps", new="--pretrain-max-steps",
                    help="pre-training steps (default: the size's preset)")
     add_evolution_args(p)
+    add_rerank_args(p)
     p.add_argument("--devices", default=d.devices, help="devices for supernet training and --objective (DDP when > 1)")
     p.add_argument("--accelerator", default=d.accelerator, help=f"cpu | gpu | auto (default {d.accelerator})")
     add_compile_arg(p)
@@ -137,7 +140,7 @@ def run(opts: PipelineOptions) -> dict:
                  lambda resume: run_search(SearchOptions(
                      supernet=str(supernet_dir), strategies=list(opts.strategies), seed=opts.seed,
                      evolution=opts.evolution, out=str(search_dir), resume=resume, overwrite=not resume,
-                     progress=opts.progress), resume_command=f"lvbert run --out {opts.out} --resume"),
+                     rerank=opts.rerank, rerank_steps=opts.rerank_steps, progress=opts.progress), resume_command=f"lvbert run --out {opts.out} --resume"),
                  done="best_arch.json", marker="search.json")
     summary = {
         "best_arch": str(search_dir / "best_arch.json"),

@@ -58,6 +58,7 @@ def register(sub) -> None:
     c = r.add_argument_group("constraints (candidates outside are never evaluated)")
     c.add_argument("--max-params", type=int, default=None, help="max backbone parameters at the supernet's size")
     c.add_argument("--max-flops", type=int, default=None, help="max backbone FLOPs per max_length sequence")
+    add_rerank_args(r)
     s = r.add_argument_group("scoring")
     s.add_argument("--val-tokens", type=int, default=d.val_tokens,
                    help=f"validation tokens per candidate (default {d.val_tokens})")
@@ -140,6 +141,19 @@ def register(sub) -> None:
     e.set_defaults(func=export_cmd)
 
     p.set_defaults(func=lambda args: p.print_help() or 2)
+
+
+def add_rerank_args(p) -> None:
+    """--rerank/--rerank-steps (`lvbert search run`, `lvbert run`)."""
+    from .run import SearchOptions
+
+    d = SearchOptions()
+    g = p.add_argument_group("two-stage search (the supernet proposes, short stand-alone training decides)")
+    g.add_argument("--rerank", type=int, default=d.rerank, metavar="K",
+                   help="pre-train the K best distinct orders stand-alone and pick the best by MLM accuracy on "
+                        "the whole validation split (default 0: off)")
+    g.add_argument("--rerank-steps", type=int, default=d.rerank_steps, metavar="N",
+                   help=f"stand-alone MLM steps per re-ranked order (default {d.rerank_steps})")
 
 
 def run_cmd(args) -> dict:

@@ -39,6 +39,8 @@ class SearchOptions:
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
     max_params: int | None = None
     max_flops: int | None = None
+    rerank: int = 0  # two-stage search: re-rank the K best distinct orders by stand-alone pre-training (0: off)
+    rerank_steps: int = 300  # its stand-alone MLM steps per order
     val_tokens: int = VAL_TOKENS
     batch_size: int = 64
     data: str | None = None
@@ -91,6 +93,9 @@ def run_search(opts: SearchOptions, log=None, resume_command: str | None = None)
         raise UserError(f"unknown strategy {', '.join(unknown) or '(none)'}; choose from {', '.join(STRATEGIES)}")
     if len(set(opts.strategies)) != len(opts.strategies):
         raise UserError("a strategy is listed twice")
+    from .rerank import check as check_rerank
+
+    check_rerank(opts.rerank, opts.rerank_steps)
     for name in ("max_params", "max_flops"):
         v = getattr(opts, name)
         if v is not None and v < 1:
@@ -137,9 +142,16 @@ def run_search(opts: SearchOptions, log=None, resume_command: str | None = None)
 
     bar = tqdm(total=budget * len(opts.strategies), unit="cand", disable=not opts.progress, file=sys.stderr,
                dynamic_ncols=True, mininterval=0.5)
+    reranked = None
     try:
         for name in opts.strategies:
             summary[name] = _run_one(name, opts, scorer, cost, accept, history, bar, out)
+        bar.close()
+        if opts.rerank:
+            from .rerank import rerank
+
+            reranked = rerank(history.records, opts.rerank, opts.rerank_steps, scorer, out, opts.seed,
+                              opts.progress, log)
     except KeyboardInterrupt:
         bar.close()
         log(f"search interrupted; continue it with: {resume_command or f'lvbert search run --out {out} --resume'}")
@@ -156,7 +168,7 @@ def run_search(opts: SearchOptions, log=None, resume_command: str | None = None)
 
     best_name = max(summary, key=lambda n: (summary[n]["score"], -opts.strategies.index(n)))
     best = summary[best_name]
-    result = _best_arch(best, best_name, opts, scorer, cost, summary)
+    result = _best_arch(best, best_name, opts, scorer, cost, summary, reranked)
     _plot(history.records, opts.strategies, out / PLOT, opts.evolution)
     run.write_json(SETTINGS, {"settings": settings, "strategies": opts.strategies, "summary": summary,
                               "scorer": scorer.stats()})
@@ -207,16 +219,25 @@ def _run_one(name: str, opts: SearchOptions, scorer, cost, accept, history: Hist
             "computed": scorer.computed - state["computed"], "seconds": round(time.perf_counter() - state["start"], 2)}
 
 
-def _best_arch(best: dict, name: str, opts: SearchOptions, scorer, cost, summary: dict) -> dict:
+def _best_arch(best: dict, name: str, opts: SearchOptions, scorer, cost, summary: dict, reranked=None) -> dict:
+    """best_arch.json: the search's best order or, after --rerank, the re-ranking's pick (with both stages)."""
     from ..info import param_counts
 
+    stages = {}
+    if reranked is not None:
+        pick = next(c for c in reranked["candidates"] if c["arch"] == reranked["pick"])
+        stages = {"stage1": {"arch": best["arch"], "score": best["score"], "strategy": name},
+                  "rerank": reranked}
+        best = {"arch": pick["arch"], "score": pick["inherited"]}
     arch = scorer.parse(best["arch"])
     params = param_counts(scorer.cfg, arch)
     return {
         "arch": arch.dict,
         "compact": best["arch"],
         "score": best["score"],
-        "metric": "mlm_acc (inherited supernet weights, fixed-masked validation split)",
+        "metric": "mlm_acc (inherited supernet weights, fixed-masked validation split)" + (
+            f"; picked among the {reranked['k']} best by {reranked['steps']} steps of stand-alone pre-training"
+            if reranked else ""),
         "params": {k: params[k] for k in ("backbone", "word_embedding", "other_embedding", "mlm_head", "total")},
         "backbone_flops": cost.flops(arch),
         "strategy": name,
@@ -230,6 +251,7 @@ def _best_arch(best: dict, name: str, opts: SearchOptions, scorer, cost, summary
         "validation": {"sequences": scorer.val_stats["sequences"], "tokens": scorer.val_stats["tokens"],
                        "masked_tokens": scorer.val_stats["masked_tokens"]},
         "strategies": summary,
+        **stages,
     }
 
 

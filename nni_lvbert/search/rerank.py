@@ -1,0 +1,91 @@
+"""Two-stage search (`lvbert search run --rerank K --rerank-steps N`): the supernet proposes, short stand-alone
+training decides.
+
+Stage 1 is the search itself (inherited-weight scores). Stage 2 takes the K best distinct orders of its history,
+pre-trains each stand-alone for N MLM steps (the model store under OUT/rerank/, one `lvbert pretrain` run
+directory each: resumable, kill -9 included), scores each on the whole validation split with every token masked
+once (`scorer.load_val_batches(masking="full")`) and picks the best. rerank.json keeps every candidate's scores
+and costs as they come, so a resumed search neither retrains nor rescores.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from ..errors import UserError
+
+RERANK = "rerank.json"
+STORE = "rerank"
+
+
+def top_distinct(records: list[dict], k: int) -> list[dict]:
+    """The k best-scored distinct orders of a search history (ties: the first evaluated first)."""
+    best: dict[str, tuple[int, dict]] = {}
+    for i, r in enumerate(records):
+        if r["arch"] not in best or r["score"] > best[r["arch"]][1]["score"]:
+            best[r["arch"]] = (i, r)
+    return [r for _, r in sorted(best.values(), key=lambda e: (-e[1]["score"], e[0]))][:k]
+
+
+def check(k: int, steps: int) -> None:
+    if k < 0:
+        raise UserError(f"--rerank must be 0 (off) or at least 1, got {k}")
+    if k and steps < 1:
+        raise UserError(f"--rerank-steps must be at least 1, got {steps}")
+
+
+def budget_for(size: str, steps: int):
+    """N steps at the stand-alone pre-training preset of `size` (lr, batch; warm-up at most a tenth of N)."""
+    from ..pretrain.train import PretrainOptions
+    from ..study.common import Budget
+
+    preset = PretrainOptions(size=size, objective="mlm")
+    return Budget(steps=steps, lr=preset.resolved("lr"), warmup_steps=min(preset.resolved("warmup_steps"), steps // 10),
+                  batch_size=preset.resolved("batch_size"), dropout=0.0)
+
+
+def rerank(records: list[dict], k: int, steps: int, scorer, out: Path, seed: int, progress: bool, log) -> dict:
+    """Stage 2 over the history `records`; returns rerank.json's content (its `pick` is the chosen order)."""
+    from ..atomic import write_json
+    from ..safeio import read_json
+    from ..study.rankers import core_minutes, standalone_metrics
+    from ..study.store import Standalone, mlm_model, train_all
+    from .scorer import load_val_batches
+
+    from ..config import size_names
+
+    size = scorer.meta.get("size")  # the supernet's training preset (its shape is model_config.json's)
+    size = size if size in size_names() else scorer.spec.size
+    budget = budget_for(size, steps)
+    data = scorer.val_stats["data"]
+    top = top_distinct(records, k)
+    specs = [(f"re-rank {i + 1}/{len(top)}: {r['arch']} ({steps} stand-alone steps)",
+              Standalone(arch=r["arch"], objective="mlm", size=size, model_config=scorer.cfg.to_dict(), budget=budget,
+                         data=data, seed=seed, data_seed=0)) for i, r in enumerate(top)]
+    log(f"re-ranking the {len(top)} best distinct orders by {steps} steps of stand-alone pre-training")
+    paths = train_all(specs, out / STORE, progress)
+    path = out / RERANK
+    known = {c["arch"]: c for c in read_json(path)["candidates"]} if path.is_file() else {}
+    batches = None
+    for r, run in zip(top, paths):
+        if r["arch"] in known and known[r["arch"]]["run"] == run.name:
+            continue
+        if batches is None:
+            batches, _ = load_val_batches(data, 10**9, 64, scorer.cfg.pad_token_id, masking="full")
+        t0 = time.perf_counter()
+        m = standalone_metrics(mlm_model(run), batches)
+        import torch
+
+        score_minutes = (time.perf_counter() - t0) * torch.get_num_threads() / 60
+        known[r["arch"]] = {"arch": r["arch"], "inherited": r["score"], **m, "run": run.name,
+                            "core_minutes": core_minutes(read_json(run / "meta.json")) + score_minutes}
+        write_json(path, {"candidates": list(known.values())})
+    candidates = [known[r["arch"]] for r in top]
+    pick = max(candidates, key=lambda c: (c["mlm_acc"], c["inherited"]))
+    result = {"k": k, "steps": steps, "budget": dataclasses.asdict(budget), "seed": seed,
+              "metric": "mlm_acc after stand-alone pre-training (whole validation split, every token masked once)",
+              "candidates": candidates, "pick": pick["arch"], "pick_inherited_rank": candidates.index(pick) + 1,
+              "core_minutes": sum(c["core_minutes"] for c in candidates)}
+    write_json(path, result)
+    return result
