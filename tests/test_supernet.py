@@ -297,3 +297,43 @@ def test_a_supernet_not_ending_on_a_validation_step_validates_at_its_last_step(t
     meta = json.loads((run / "meta.json").read_text())
     assert [h["step"] for h in meta["validation"]] == [4, 6]
     assert meta["final_val_mlm_acc"] == meta["validation"][-1]["val_mlm_acc"]
+
+
+@pytest.mark.slow
+def test_few_shot_split_warm_starts_sub_supernets_and_routes_orders(trained, tmp_path, cache_dir, capsys):
+    """`supernet few-shot --split slot:2`: one sub-supernet per layer type, warm-started from the one-shot run, every
+    sampled path keeping its type in slot 2; scoring and search route an order to the sub-supernet owning it."""
+    from safetensors.torch import load_file
+
+    from nni_lvbert.search.scorer import SupernetScorer, open_scorer
+
+    out = tmp_path / "few"
+    args = ["supernet", "few-shot", "--warm-start", str(trained), "--split", "slot:2", "--out", str(out),
+            "--max-steps", "3", "--batch-size", "8", "--val-every", "3", "--val-batches", "1", "--ckpt-every", "3",
+            "--warmup-steps", "1", "--no-progress", "--record-paths", "--cache-dir", str(cache_dir), "--json"]
+    assert main(args) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    spec = json.loads((out / "fewshot.json").read_text())
+    assert spec["owners"] == {t: f"sub-{t}" for t in ("dc", "sa", "ff", "glu")} and printed["owners"] == spec["owners"]
+    assert spec["total_steps"] == 8 + 4 * 3 and spec["core_minutes"] > 0
+    base = load_file(trained / "supernet.safetensors")
+    for choice, sub in spec["owners"].items():
+        meta = json.loads((out / sub / "meta.json").read_text())
+        assert meta["fixed"] == {"layer02": choice} and meta["steps"] == 3
+        paths = json.loads((out / sub / "ranks" / "rank0.json").read_text())["paths"]
+        assert len(paths) == 3 and all(p[2] == {"dc": "c", "sa": "s", "ff": "f", "glu": "g"}[choice] for _, p in paths)
+        weights = load_file(out / sub / "supernet.safetensors")
+        untrained = [k for k in base if k.startswith("layers.2.") and not k.startswith(f"layers.2.{choice}.")]
+        assert untrained and all(torch.equal(weights[k], base[k]) for k in untrained)  # warm start, never trained
+        assert any(not torch.equal(weights[k], base[k]) for k in base if k.startswith(f"layers.2.{choice}."))
+    scorer = open_scorer(out, val_tokens=512, device="cpu", prefix_cache=False)
+    for arch in ("ccsfgs", "ccffgs"):
+        owner = SupernetScorer(out / f"sub-{scorer.parse(arch)[2]}", val_tokens=512, device="cpu")
+        assert scorer.score(arch) == owner.score(arch)
+    assert main(["supernet", "few-shot", "--out", str(out), "--resume", "--no-progress"]) == 0  # done: kept
+    search = tmp_path / "search"
+    assert main(["search", "run", "--supernet", str(out), "--out", str(search), "--population", "4", "--iterations",
+                 "2", "--topk", "2", "--crossover", "2", "--mutation", "2", "--val-tokens", "512",
+                 "--no-progress"]) == 0
+    best = json.loads((search / "best_arch.json").read_text())
+    assert best["supernet"]["fewshot"]["split"] == "slot:2" and best["supernet"]["steps"] == 20

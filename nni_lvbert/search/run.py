@@ -110,16 +110,14 @@ def run_search(opts: SearchOptions, log=None, resume_command: str | None = None)
     if opts.threads:
         torch.set_num_threads(opts.threads)
     from .cost import CostModel
-    from .scorer import SupernetScorer
-    from ..supernet.rundir import load_supernet
+    from .scorer import open_scorer
 
-    loaded = load_supernet(supernet)
-    _check_space(loaded.spec, opts.space, supernet)
-    cost = CostModel(loaded.cfg, loaded.spec)
+    scorer = open_scorer(supernet, val_tokens=opts.val_tokens, batch_size=opts.batch_size, data=opts.data,
+                         prefix_cache=opts.prefix_cache, cache_mb=opts.cache_mb, keep=opts.evolution.topk,
+                         device=opts.device)  # a one-shot supernet run, or a few-shot directory
+    _check_space(scorer.spec, opts.space, supernet)
+    cost = CostModel(scorer.cfg, scorer.spec)
     accept = cost.constraint(opts.max_params, opts.max_flops)  # raises when a bound is impossible
-    scorer = SupernetScorer(loaded, val_tokens=opts.val_tokens, batch_size=opts.batch_size, data=opts.data,
-                            prefix_cache=opts.prefix_cache, cache_mb=opts.cache_mb, keep=opts.evolution.topk,
-                            device=opts.device)
     settings = settings_of(opts, scorer)
 
     # everything checked: only now touch the output directory

@@ -346,6 +346,67 @@ class SupernetScorer:
                 "steps": self.meta.get("steps"), "final_val_mlm_acc": self.meta.get("final_val_mlm_acc")}
 
 
+class FewShotScorer:
+    """`SupernetScorer`'s interface over a few-shot supernet directory (`supernet/fewshot.py`): each order is scored
+    by the sub-supernet that owns it (the one trained on the sub-space of its choice in the split slot)."""
+
+    def __init__(self, path, **kwargs):
+        from ..supernet.fewshot import read_fewshot
+
+        self.fewshot = read_fewshot(path)
+        self.subs = {choice: SupernetScorer(Path(path) / sub, **kwargs)
+                     for choice, sub in self.fewshot["owners"].items()}
+        first = next(iter(self.subs.values()))
+        self.run_dir, self.slot = str(path), int(self.fewshot["label"][len("layer"):])
+        self.spec, self.cfg, self.space, self.device = first.spec, first.cfg, first.space, first.device
+        self.batches, self.val_stats = first.batches, first.val_stats
+        self.meta = {**first.meta, "steps": self.fewshot["total_steps"], "fewshot": self.fewshot}
+        self.scores: dict[Arch, float] = {}
+
+    def parse(self, arch) -> Arch:
+        return Arch.parse(arch, self.spec)
+
+    def owner(self, arch: Arch) -> SupernetScorer:
+        return self.subs[arch[self.slot]]
+
+    def remember(self, records) -> None:
+        for sub in self.subs.values():
+            sub.remember(records)
+        self.scores.update({a: s for sub in self.subs.values() for a, s in sub.scores.items()})
+
+    def score(self, arch) -> float:
+        arch = self.parse(arch)
+        if arch not in self.scores:
+            self.scores[arch] = self.owner(arch).score(arch)
+        return self.scores[arch]
+
+    def metrics(self, arch) -> dict:
+        arch = self.parse(arch)
+        return self.owner(arch).metrics(arch)
+
+    @property
+    def computed(self) -> int:
+        return sum(sub.computed for sub in self.subs.values())
+
+    def stats(self) -> dict:
+        subs = {choice: sub.stats() for choice, sub in self.subs.items()}
+        return {"fewshot": self.fewshot["split"], "computed": self.computed, "known": len(self.scores),
+                "seconds": round(sum(s["seconds"] for s in subs.values()), 3), "subs": subs}
+
+    def describe(self) -> dict:
+        return {"run_dir": self.run_dir, "space": self.spec.to_dict(), "size": self.meta.get("size"),
+                "steps": self.fewshot["total_steps"], "fewshot": self.fewshot}
+
+
+def open_scorer(supernet, **kwargs):
+    """A `SupernetScorer` for a supernet run directory, a `FewShotScorer` for a few-shot directory."""
+    from ..supernet.fewshot import is_fewshot
+
+    if isinstance(supernet, (str, Path)) and is_fewshot(supernet):
+        return FewShotScorer(supernet, **kwargs)
+    return SupernetScorer(supernet, **kwargs)
+
+
 def score_cli(args) -> dict:
     """`lvbert search score`: the inherited-weight MLM accuracy and loss of one architecture, with standard errors
     (or, with --proxy, a zero-cost proxy at the supernet's shape)."""
@@ -354,7 +415,7 @@ def score_cli(args) -> dict:
 
     if args.proxy:
         check_proxy(args.proxy)
-    scorer = SupernetScorer(args.supernet, val_tokens=args.val_tokens, batch_size=args.batch_size, data=args.data,
+    scorer = open_scorer(args.supernet, val_tokens=args.val_tokens, batch_size=args.batch_size, data=args.data,
                             prefix_cache=False, device=args.device, masking=args.val_masking)
     arch = scorer.parse(args.arch)
     if args.proxy:

@@ -55,8 +55,9 @@ def parse_rankers(items: list[str], supernet: str) -> list[Ranker]:
     if len(set(names)) != len(names):
         raise UserError(f"--rankers names repeat: {', '.join(names)}")
     for r in out:
-        if r.kind == "supernet" and not (Path(r.arg) / "meta.json").is_file():
-            raise UserError(f"ranker {r.name}: {r.arg} is not a finished supernet run directory")
+        if r.kind == "supernet" and not ((Path(r.arg) / "meta.json").is_file() or
+                                         (Path(r.arg) / "fewshot.json").is_file()):
+            raise UserError(f"ranker {r.name}: {r.arg} is not a finished supernet run or few-shot directory")
     return out
 
 
@@ -77,18 +78,19 @@ def _scoring_minutes(seconds: float) -> float:
 
 def supernet_scores(ranker: Ranker, archs, masking: str, data: str, data_seed: int, val_tokens: int,
                     rank_by: str) -> dict:
-    from ..search.scorer import SupernetScorer
-    from ..supernet.rundir import load_supernet
+    """Inherited-weight scores from a supernet run or a few-shot directory (each order routed to its owner)."""
+    from ..search.scorer import open_scorer
 
-    supernet = load_supernet(ranker.arg)
     start = time.perf_counter()
-    scorer = SupernetScorer(supernet, val_tokens=val_tokens, data=data, prefix_cache=False, device="cpu",
-                            masking=masking, data_seed=data_seed)
+    scorer = open_scorer(ranker.arg, val_tokens=val_tokens, data=data, prefix_cache=False, device="cpu",
+                         masking=masking, data_seed=data_seed)
     metrics = {a.compact: scorer.metrics(a) for a in archs}
+    fewshot = scorer.meta.get("fewshot")
+    train = fewshot["core_minutes"] if fewshot else core_minutes(scorer.meta)
     return {"scores": {a: _score(m, rank_by) for a, m in metrics.items()}, "metrics": metrics,
-            "sampling": supernet.meta.get("sampling", "spos"), "steps": supernet.meta.get("steps"),
-            "train_core_minutes": core_minutes(supernet.meta),
-            "core_minutes": core_minutes(supernet.meta) + _scoring_minutes(time.perf_counter() - start)}
+            "sampling": "few-shot " + fewshot["split"] if fewshot else scorer.meta.get("sampling", "spos"),
+            "steps": scorer.meta.get("steps"), "train_core_minutes": train,
+            "core_minutes": train + _scoring_minutes(time.perf_counter() - start)}
 
 
 def short_scores(ranker: Ranker, archs, spec_of, store: Path, batches, rank_by: str, progress: bool) -> dict:

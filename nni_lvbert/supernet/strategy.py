@@ -51,13 +51,14 @@ class SeededSamplingModule(RandomSamplingLightningModule):
     `fair_paths` on the same batch, then takes one optimiser step (FairNAS)."""
 
     def __init__(self, training_module, seed: int = 0, filter: Callable | None = None,  # noqa: A002
-                 record_paths: bool = False, sampling: str = "spos"):
+                 record_paths: bool = False, sampling: str = "spos", fixed: dict[str, Any] | None = None):
         super().__init__(training_module, filter)
         if sampling not in SAMPLINGS:
             raise ValueError(f"unknown sampling {sampling!r}")
-        if sampling == "fair" and filter is not None:
-            raise ValueError("fair sampling trains every choice each step: it takes no path filter")
+        if sampling == "fair" and (filter is not None or fixed):
+            raise ValueError("fair sampling trains every choice each step: it takes no path filter or fixed slot")
         self.seed, self._choices, self.sampling = seed, None, sampling
+        self.fixed = dict(fixed or {})  # few-shot sub-supernets: these slots always take these choices
         self.path_log: list[tuple[int, dict]] | None = [] if record_paths else None  # (step, path) per path
 
     def choices(self) -> dict[str, list]:
@@ -68,7 +69,7 @@ class SeededSamplingModule(RandomSamplingLightningModule):
     def sample(self, step: int, stream: int) -> dict[str, Any]:
         self.choices()
         for attempt in range(self._sampling_patience):
-            path = sample_path(self._choices, self.seed, step, stream, attempt)
+            path = {**sample_path(self._choices, self.seed, step, stream, attempt), **self.fixed}
             if self.filter is None or self.filter(path):
                 self._sampling_attempt = attempt + 1
                 return path
@@ -107,10 +108,10 @@ class SeededRandomOneShot(RandomOneShot):
     """`RandomOneShot(seed=...)`: SPOS with reproducible, rank-consistent path sampling."""
 
     def __init__(self, seed: int = 0, filter=None, record_paths: bool = False, sampling: str = "spos",  # noqa: A002
-                 **kwargs) -> None:
+                 fixed: dict | None = None, **kwargs) -> None:
         super().__init__(filter=filter, **kwargs)
-        self.seed, self.record_paths, self.sampling = seed, record_paths, sampling
+        self.seed, self.record_paths, self.sampling, self.fixed = seed, record_paths, sampling, fixed
 
     def configure_oneshot_module(self, training_module) -> SeededSamplingModule:
         return SeededSamplingModule(training_module, seed=self.seed, filter=self.filter,
-                                    record_paths=self.record_paths, sampling=self.sampling)
+                                    record_paths=self.record_paths, sampling=self.sampling, fixed=self.fixed)

@@ -26,6 +26,8 @@ class SupernetOptions(TrainOptions):
     sharing: str | None = None
     record_paths: bool = False  # write ranks/rank<r>.json with every sampled path and a weight digest
     sampling: str = "spos"  # spos: one uniform path per step | fair: FairNAS, m paths covering every choice per step
+    warm_start: str | None = None  # start from this supernet run's weights (few-shot sub-supernets)
+    fix: list[str] | None = None  # LABEL=TYPE: slots every sampled path takes as given (a few-shot sub-space)
 
 
 # options an nnictl tuner may set in a supernet trial (values kept as sent)
@@ -47,15 +49,21 @@ def train_supernet(opts: SupernetOptions) -> dict:
                     sharing=opts.sharing)
     if opts.sampling not in SAMPLINGS:
         raise UserError(f"--sampling must be one of {', '.join(SAMPLINGS)}, got {opts.sampling!r}")
+    fixed = parse_fix(opts.fix, spec)
+    if fixed and opts.sampling == "fair":
+        raise UserError("--fix and --sampling fair exclude each other (fair sampling trains every choice)")
     micro_batch = t.check()
     data = t.data(cfg)
     cfg.vocab_size = data.vocab_size  # a given tokenizer decides the vocabulary
+    warm = warm_start_run(opts.warm_start, spec, cfg) if opts.warm_start and not opts.resume else None
     run = t.open(spec, cfg, data)
     dm = MLMDataModule(data, batch_size=micro_batch, seed=opts.seed, num_workers=opts.num_workers)
     space = LVBertSpace(spec, cfg)
+    if warm is not None:  # a resumed run continues from its own checkpoint instead
+        warm.load_weights(space, WEIGHTS, "its space.yaml/model_config.json")
     result = t.fit(MLMModule(**t.schedule()), dm, space=space,
                    strategy=SeededRandomOneShot(seed=opts.seed, record_paths=opts.record_paths,
-                                                 sampling=opts.sampling))
+                                                 sampling=opts.sampling, fixed=fixed))
     trainer = result.trainer
     if opts.record_paths:
         _record_rank(run, trainer, space, trainer.lightning_module.path_log)
@@ -63,8 +71,35 @@ def train_supernet(opts: SupernetOptions) -> dict:
         return {}
     run.save_weights(space, WEIGHTS)
     final = t.history[-1]["val_mlm_acc"] if t.history else result.previous.get("final_val_mlm_acc")
-    return t.finish(result, data, {"space": spec.to_dict(), "sampling": opts.sampling,
-                                        "final_val_mlm_acc": final}, final=final)
+    return t.finish(result, data, {"space": spec.to_dict(), "sampling": opts.sampling, "fixed": fixed,
+                                        "warm_start": opts.warm_start, "final_val_mlm_acc": final}, final=final)
+
+
+def parse_fix(items: list[str] | None, spec) -> dict[str, str]:
+    """--fix LABEL=TYPE ... as {label: type}, checked against the space."""
+    from ..arch import slot_label
+
+    fixed = {}
+    labels = [slot_label(i) for i in range(spec.slots)]
+    for item in items or []:
+        label, _, choice = item.partition("=")
+        if label not in labels or choice not in spec.candidates:
+            raise UserError(f"--fix {item!r}: give LABEL=TYPE with LABEL one of {labels[0]}..{labels[-1]} and TYPE "
+                            f"one of {', '.join(spec.candidates)}")
+        fixed[label] = choice
+    return fixed
+
+
+def warm_start_run(run_path: str, spec, cfg):
+    """The supernet run --warm-start names, checked to have this run's space and shape (else one error line)."""
+    from .rundir import supernet_dir
+
+    run = supernet_dir(run_path)
+    if (run.spec.slots, list(run.spec.candidates)) != (spec.slots, list(spec.candidates)) or \
+            run.cfg.to_dict() != cfg.to_dict():
+        raise UserError(f"--warm-start {run_path}: its space or shape differs from this run's (train with the same "
+                        "--space, --size and data)")
+    return run
 
 
 def _record_rank(run, trainer, space, path_log) -> None:
