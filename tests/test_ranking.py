@@ -180,7 +180,7 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
     assert short["steps"] == 10 and all(json.loads((out / "models" / r.split("/")[-1] / "options.json").read_text())
                                         ["max_steps"] == 10 for r in short["runs"])
     models = sorted(p.name for p in (out / "models").glob("*/meta.json"))
-    assert len(list((out / "models").glob("*-mlm-seed*"))) == 5 * 2 + 5  # ground truth + short:10
+    assert len(list((out / "models").glob("*-mlm-seed*/meta.json"))) == 5 * 2 + 5  # ground truth + short:10
     assert (out / "ranking.png").stat().st_size > 5000 and (out / "ranking-scatter.png").is_file()
     assert "noise ceiling" in (out / "ranking.md").read_text()
     printed = json.loads(stdout.strip().splitlines()[-1])

@@ -55,6 +55,8 @@ def parse_rankers(items: list[str], supernet: str) -> list[Ranker]:
     if len(set(names)) != len(names):
         raise UserError(f"--rankers names repeat: {', '.join(names)}")
     for r in out:
+        if r.kind == "supernet" and not Path(r.arg).is_dir():
+            raise UserError(f"ranker {r.name}: supernet directory not found: {r.arg}")
         if r.kind == "supernet" and not ((Path(r.arg) / "meta.json").is_file() or
                                          (Path(r.arg) / "fewshot.json").is_file()):
             raise UserError(f"ranker {r.name}: {r.arg} is not a finished supernet run or few-shot directory")
