@@ -22,7 +22,7 @@ from ..rundir import RunDir
 
 ALL_TOKENS = 10**9  # --val-tokens default: the whole validation split
 
-# Stand-alone budgets. "tiny" is the CPU regime of the README's study (the README's study section says how it was chosen);
+# Stand-alone budgets. "tiny" is the CPU regime of the studies in docs/results.md (which says how it was chosen);
 # "quick" is CI-sized: it checks that everything runs, not what wins.
 BUDGETS = {
     "quick": dict(steps=30, lr=2e-3, warmup_steps=3, batch_size=8, dropout=0.0),
