@@ -41,8 +41,9 @@ def test_committed_search_space_json_is_generated_from_the_model_space(capsys):
 
 def test_checkout_experiment_config_resolves_as_written():
     """`nnictl create --config experiments/search.yml` from a checkout: NNI resolves the config's relative paths
-    against the top-level experiments/ folder, and a trial's default supernet (../runs/supernet, relative to that
-    folder, where trials run) is where `lvbert supernet train` writes by default, run from the checkout."""
+    against the top-level experiments/ folder, and a trial's default supernet (../runs/quickstart/supernet, relative
+    to that folder, where trials run) is where `lvbert supernet train` and the quickstart write, run from the
+    checkout; search.yml and iot.yml carry the slot `lvbert init-experiment --supernet` fills in."""
     import shlex
 
     from nni.experiment.config import ExperimentConfig
@@ -54,8 +55,14 @@ def test_checkout_experiment_config_resolves_as_written():
     assert Path(config.trial_code_directory) == folder and Path(config.search_space_file).is_file()
     command = shlex.split(config.trial_command)
     default = command[command.index("--supernet") + 1]
-    assert default == "${LVBERT_SUPERNET:-../runs/supernet}"
-    assert (folder / "../runs/supernet").resolve() == (REPO / SupernetOptions().out).resolve()
+    assert default == "${LVBERT_SUPERNET:-../runs/quickstart/supernet}"
+    assert (folder / "../runs/quickstart/supernet").resolve() == (REPO / SupernetOptions().out).resolve()
+    from nni_lvbert.init_experiment import SUPERNET_SLOT, WITH_SUPERNET
+    from nni_lvbert.pipeline import PipelineOptions
+
+    assert (REPO / PipelineOptions().out / "supernet").resolve() == (REPO / SupernetOptions().out).resolve()
+    for name in WITH_SUPERNET:
+        assert SUPERNET_SLOT in (folder / name).read_text()
 
 
 def test_nnictl_port_in_use_is_one_line(tiny, capsys):

@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import layout
 from ..errors import UserError
 from ..options import to_dict
 from ..rundir import RunDir
@@ -65,7 +66,7 @@ class StudyOptions:
 
     TRAINS_MODELS = True  # False: the study trains no stand-alone model (its options.json stores no budget)
 
-    out: str = "runs/study"
+    out: str = layout.STUDY
     quick: bool = False
     models: str | None = None  # model store (default OUT/models)
     max_steps: int | None = None  # stand-alone budget (Budget.steps); None = the preset (quick or tiny)
