@@ -6,20 +6,21 @@ DIR/search_spaces/<name>.yaml, the search spaces, for `--space DIR/search_spaces
 never replaced without `--overwrite`; each file is written to a temp file and renamed.
 
 With `--supernet RUN` (a finished supernet run directory) the copies of search.yml and iot.yml name RUN's absolute
-path in their trial command instead of `$LVBERT_SUPERNET` / the default, so `nnictl create --config DIR/search.yml`
-needs no environment, and `lvbert search export --experiment ID` finds the supernet in the experiment's config.
+path in their trial command instead of `$LVBERT_SUPERNET` / the default, and search_space.json is RUN's own space, so
+`nnictl create --config DIR/search.yml` needs no environment, and `lvbert search export --experiment ID` finds the supernet in the experiment's config.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from . import resources
-from .atomic import copy_file, write_text
+from .atomic import copy_file, write_json, write_text
 from .errors import UserError
 
 # the supernet argument of the shipped search.yml and iot.yml trial commands (tests check both carry it)
 SUPERNET_SLOT = '"${LVBERT_SUPERNET:-../runs/quickstart/supernet}"'
 WITH_SUPERNET = ("search.yml", "iot.yml")
+SEARCH_SPACE_JSON = "search_space.json"  # search.yml's searchSpaceFile: with --supernet, that supernet's space
 
 
 def planned_copies(dest: Path) -> list[tuple[Path, Path]]:
@@ -36,7 +37,8 @@ def init_experiment(dest: str | Path, overwrite: bool = False, supernet: str | P
     if supernet is not None:
         from .supernet.rundir import supernet_dir
 
-        supernet = supernet_dir(supernet).path.resolve()  # not a finished supernet run -> one line
+        run = supernet_dir(supernet)  # not a finished supernet run -> one line
+        supernet = run.path.resolve()
     if dest.exists() and not dest.is_dir():
         raise UserError(f"{dest} exists and is not a directory")
     pairs = planned_copies(dest)
@@ -51,6 +53,10 @@ def init_experiment(dest: str | Path, overwrite: bool = False, supernet: str | P
         for src, dst in pairs:
             if supernet is not None and src.name in WITH_SUPERNET:
                 write_text(dst, with_supernet(src.read_text(encoding="utf-8"), supernet))
+            elif supernet is not None and src.name == SEARCH_SPACE_JSON:  # the supernet's own space (any slots)
+                from .search.nnictl import space_json
+
+                write_json(dst, space_json(run.spec))
             else:
                 copy_file(src, dst)
     except OSError as exc:

@@ -277,14 +277,30 @@ def watch_resumed_trials() -> None:
 # show` and the web UI as "Dispatcher stream error, tuner may have crashed.", with our message logged in the
 # experiment's log/nnimanager.log ("Dispatcher error: ...") and log/dispatcher.log.
 # The patch: a tuner's trial_end may raise TunerGaveUp; the dispatcher then reports it (with the failed trial's
-# last error line from <experiment>/trials/<trial id>/stderr) and stops.
+# last error line from <experiment>/environments/<env>/trials/<trial id>/trial.stderr) and stops.
 # Drop when: NNI lets a tuner end an experiment with an error of its own; tests/test_search_nnictl.py's failing
 # experiment must still end ERROR with the trial's error line in the logs.
 class TunerGaveUp(RuntimeError):
     """Raised by a tuner's trial_end when the experiment cannot succeed (e.g. its first trials all failed)."""
 
 
-def trial_error_line(stderr: Path) -> str | None:
+def trial_stderr(exp_dir: Path, trial: str = "*") -> list[Path]:
+    """The stderr files of an experiment's trials (NNI 3.0's local service: environments/<env>/trials/<id>/
+    trial.stderr), oldest first."""
+    found = Path(exp_dir).glob(f"environments/*/trials/{trial}/trial.stderr")
+    return sorted(found, key=lambda p: p.stat().st_mtime)
+
+
+def trial_error_line(stderrs: list[Path]) -> str | None:
+    """The last `error:` line (else the last line naming an Error) of the first of `stderrs` that has one."""
+    for stderr in stderrs:
+        line = _error_line(stderr)
+        if line:
+            return line
+    return None
+
+
+def _error_line(stderr: Path) -> str | None:
     """The last `error:` line of a trial's stderr (else the last line naming an Error), or None."""
     try:
         lines = [ln.strip() for ln in Path(stderr).read_text(errors="replace").splitlines() if ln.strip()]
@@ -307,7 +323,7 @@ def stop_when_tuner_gives_up() -> None:
         except TunerGaveUp as exc:
             trial = data.get("trial_job_id")
             log_dir = os.environ.get("NNI_LOG_DIRECTORY")
-            line = trial_error_line(Path(log_dir).parent / "trials" / trial / "stderr") if log_dir and trial else None
+            line = trial_error_line(trial_stderr(Path(log_dir).parent, trial)) if log_dir and trial else None
             message = f"{exc}: trial {trial} failed" + (f" with {line!r}" if line else "")
             logging.getLogger(__name__).error(message)
             self.report_error(message)

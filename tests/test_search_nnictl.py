@@ -3,6 +3,7 @@ export, stop) and `nnictl resume`. Slow: each starts a real NNI experiment."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -159,3 +160,90 @@ def test_nnictl_end_to_end_stop_and_resume(tiny, scorer, tmp_path, capsys):
     assert code == 2 and "deprecated" in err and "unknown NNI experiment 'nosuchid'" in err
     code, _, err = run_cli(["search", "nnictl", "resume", "--port", str(free_port())], capsys)
     assert code == 2 and "give the experiment to resume" in one_error_line(err)
+
+
+def _by_hand(folder: Path, port: int) -> tuple[str, dict]:
+    """`nnictl create --config FOLDER/search.yml --port P` as the docs write it (the venv's python first on PATH, the
+    web UI on loopback); the experiment ID and the environment."""
+    import os
+
+    from nni_lvbert.nni_compat import experiment_id_in
+
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               NODE_OPTIONS=f"--require {folder / 'bind_localhost.js'}")
+    env.pop("LVBERT_SUPERNET", None)
+    proc = subprocess.run([str(Path(sys.executable).with_name("nnictl")), "create", "--config",
+                           str(folder / "search.yml"), "--port", str(port)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    exp_id = experiment_id_in(re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr))
+    assert proc.returncode == 0 and exp_id, proc.stdout + proc.stderr
+    return exp_id, env
+
+
+def _small_budget(folder: Path, trials: int) -> None:
+    """The copied search.yml with a budget of `trials` candidates scored on few tokens (the supernet untouched)."""
+    import yaml
+
+    config = yaml.safe_load((folder / "search.yml").read_text())
+    config["maxTrialNumber"] = trials
+    config["tuner"]["classArgs"].update(population=trials, iterations=1, topk=1)
+    config["trialCommand"] += " --val-tokens 2048 --threads 1"
+    (folder / "search.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def _status(port: int) -> dict:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/check-status", timeout=5) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.slow
+def test_nnictl_by_hand_init_experiment_create_export_and_a_loud_failure(tiny, tmp_path, capsys):
+    """docs/guide/search.md by hand: `lvbert init-experiment my-exp --supernet RUN`, plain `nnictl create --config
+    my-exp/search.yml`, two trials, `lvbert search export --experiment ID` without --supernet. Then a copy without a
+    supernet (nothing at ../runs/quickstart/supernet): the first trial fails and the experiment ends ERROR (not
+    DONE), the trial's error in the tuner's log and in export's message."""
+    import time
+
+    from nni_lvbert.nni_compat import experiment_dir
+
+    nnictl = str(Path(sys.executable).with_name("nnictl"))
+    folder = tmp_path / "my-exp"
+    code, out, err = run_cli(["init-experiment", str(folder), "--supernet", str(tiny["run"]), "--json"], capsys)
+    assert code == 0, err
+    _small_budget(folder, 2)
+    port = free_port()
+    exp_id, _ = _by_hand(folder, port)
+    try:
+        jobs = wait_for_trials(port, 2, timeout=240)
+        assert [j["status"] for j in jobs] == ["SUCCEEDED"] * 2, jobs
+        code, out, err = run_cli(["search", "export", "--experiment", exp_id, "--out", str(tmp_path / "export"),
+                                  "--json"], capsys)
+        assert code == 0, err
+        best = json.loads((tmp_path / "export" / "best_arch.json").read_text())
+        assert best["supernet"]["run_dir"] == str(Path(tiny["run"]).resolve()) and len(best["arch"]) == SLOTS
+    finally:
+        subprocess.run([nnictl, "stop", exp_id], capture_output=True, timeout=60)
+
+    lost = tmp_path / "elsewhere" / "my-exp"  # no ../runs/quickstart/supernet next to it, no $LVBERT_SUPERNET
+    code, _, err = run_cli(["init-experiment", str(lost)], capsys)
+    assert code == 0, err
+    _small_budget(lost, 2)
+    port = free_port()
+    exp_id, _ = _by_hand(lost, port)
+    try:
+        deadline = time.time() + 180
+        while _status(port)["status"] not in ("ERROR", "DONE", "STOPPED") and time.time() < deadline:
+            time.sleep(1)
+        status = _status(port)
+        assert status["status"] == "ERROR", status
+        jobs = wait_for_trials(port, 1, timeout=10)
+        assert len(jobs) == 1 and jobs[0]["status"] == "FAILED"  # the experiment stopped at the first failure
+        log = (experiment_dir(exp_id) / "log" / "dispatcher.log").read_text()
+        assert "a trial failed before any trial reported a score" in log and "supernet directory not found" in log
+        code, _, err = run_cli(["search", "export", "--experiment", exp_id], capsys)
+        assert code == 2 and "no finished trial" in one_error_line(err)
+        assert "supernet directory not found" in one_error_line(err)
+    finally:
+        subprocess.run([nnictl, "stop", exp_id], capture_output=True, timeout=60)

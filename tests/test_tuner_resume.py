@@ -155,8 +155,8 @@ def test_a_first_trial_that_fails_stops_the_experiment_with_its_error(tmp_path, 
     manager.dispatcher.send = lambda command, data: sent.append((command, data)) or manager._receive(command, data)
     manager.start()
     pid, params = manager.queue.pop(0)
-    (exp / "trials" / f"t{pid}").mkdir(parents=True)
-    (exp / "trials" / f"t{pid}" / "stderr").write_text("loading\nerror: supernet directory not found: ../x\n")
+    (exp / "environments" / "local-env" / "trials" / f"t{pid}").mkdir(parents=True)
+    (exp / "environments" / "local-env" / "trials" / f"t{pid}" / "trial.stderr").write_text("loading\nerror: supernet directory not found: ../x\n")
     with pytest.raises(TunerGaveUp):
         manager.dispatcher.handle_trial_end({"trial_job_id": f"t{pid}", "event": "FAILED",
                                              "hyper_params": dump({"parameter_id": pid, "parameters": params})})

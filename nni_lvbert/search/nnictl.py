@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from ..nni_compat import check_nnictl_filelock, experiment_dir, experiment_id_in, trial_error_line
+from ..nni_compat import check_nnictl_filelock, experiment_dir, experiment_id_in, trial_error_line, trial_stderr
 from ..resources import BIND_JS_FILE, SEARCH_CONFIG
 
 # the packaged config (experiments/search.yml) is the default of `lvbert search nnictl`
@@ -226,9 +226,8 @@ def supernet_from_config(config: dict) -> str:
 
 def first_trial_error(exp_dir: Path) -> str | None:
     """'trial ID: <its last error line>' for the first failed trial with one in its stderr, else None."""
-    trials = Path(exp_dir) / "trials"
-    for stderr in sorted(trials.glob("*/stderr"), key=lambda p: p.stat().st_mtime) if trials.is_dir() else []:
-        line = trial_error_line(stderr)
+    for stderr in trial_stderr(exp_dir):
+        line = trial_error_line([stderr])
         if line:
             return f"trial {stderr.parent.name}: {line}"
     return None
