@@ -81,6 +81,36 @@ def test_nnictl_port_in_use_is_one_line(tiny, capsys):
     assert code == 2 and "--trial-gpus must be >= 0" in one_error_line(err)
 
 
+def test_init_experiment_with_a_supernet_fills_the_configs_and_export_finds_it(tiny, tmp_path, capsys):
+    """`init-experiment DIR --supernet RUN`: search.yml and iot.yml name RUN (absolute), search_space.json is RUN's
+    own space; export's supernet comes from a trial command as written (a path, or ${LVBERT_SUPERNET:-D} resolved
+    against the trial folder); a missing supernet is one line and writes nothing."""
+    from nni_lvbert.init_experiment import SUPERNET_SLOT
+    from nni_lvbert.search.nnictl import space_json, supernet_from_config
+    from nni_lvbert.supernet.rundir import supernet_dir
+
+    run = Path(tiny["run"]).resolve()
+    code, _, err = run_cli(["init-experiment", str(tmp_path / "no"), "--supernet", str(tmp_path / "nope")], capsys)
+    assert code == 2 and "supernet directory not found" in one_error_line(err) and not (tmp_path / "no").exists()
+    folder = tmp_path / "my-exp"
+    code, out, err = run_cli(["init-experiment", str(folder), "--supernet", str(tiny["run"]), "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["supernet"] == str(run) and "LVBERT_SUPERNET" not in json.loads(out)["or_by_hand"]
+    for name in ("search.yml", "iot.yml"):
+        text = (folder / name).read_text()
+        assert SUPERNET_SLOT not in text and f"--supernet {run}" in text
+    assert json.loads((folder / "search_space.json").read_text()) == space_json(supernet_dir(run).spec)
+    import yaml
+
+    config = yaml.safe_load((folder / "search.yml").read_text())
+    assert supernet_from_config(config) == str(run)
+    shipped = yaml.safe_load((REPO / "experiments" / "search.yml").read_text())
+    shipped["trialCodeDirectory"] = str(tmp_path / "exp")
+    assert supernet_from_config(shipped) == str(tmp_path / "exp" / "../runs/quickstart/supernet")
+    code, _, err = run_cli(["init-experiment", str(folder), "--supernet", str(tiny["run"])], capsys)
+    assert code == 2 and "--overwrite" in one_error_line(err)
+
+
 def _non_loopback_address() -> str | None:
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
