@@ -135,6 +135,7 @@ def run(opts: PipelineOptions) -> dict:
         supernet_meta = stage(f"[1/{stages}] supernet", RunDir(supernet_dir, "supernet"), opts.resume,
                               f"({opts.space}, size {opts.size})",
                               lambda resume: train_supernet(supernet_options(resume)))
+        clock.save()
         best = stage(f"[2/{stages}] search", RunDir(search_dir, "search"), opts.resume,
                      f"{', '.join(opts.strategies)} over the supernet",
                      lambda resume: run_search(SearchOptions(
