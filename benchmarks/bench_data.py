@@ -1,6 +1,6 @@
 """Benchmark (not a test): prepare the embedded corpus from scratch at each size, then time reuse and batching.
 
-Prints one JSON object (the README's data numbers come from it). Each size gets a fresh cache, so the time
+Prints one JSON object (the data numbers of docs/benchmarks.md come from it). Each size gets a fresh cache, so the time
 includes tokenizer training.
     python benchmarks/bench_data.py [--sizes tiny small] [--batch 128] [--batches 50]
 """

@@ -1,7 +1,7 @@
 """How much prefix reuse can save on LV-BERT Algorithm 1's candidates at all (not a test; no torch, seconds).
 
     python benchmarks/bench_reuse_ceiling.py                                  # synthetic landscapes, 5 seeds each
-    python benchmarks/bench_reuse_ceiling.py --history runs/search/history.jsonl   # a real search's candidates
+    python benchmarks/bench_reuse_ceiling.py --history runs/quickstart/search/history.jsonl   # a real search's candidates
 
 Prefix reuse can skip, for a candidate, the slots of its longest prefix shared with ANY candidate scored before it.
 With an unbounded cache the work is one slot evaluation per distinct prefix (the nodes of the trie of all scored

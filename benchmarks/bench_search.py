@@ -1,6 +1,6 @@
 """Search throughput on the `tiny` supernet (not a test). Prints one JSON object.
 
-    python benchmarks/bench_search.py --supernet runs/supernet            # a trained tiny supernet
+    python benchmarks/bench_search.py --supernet runs/quickstart/supernet # a trained tiny supernet
     python benchmarks/bench_search.py                                       # builds an untrained tiny one
     python benchmarks/bench_search.py --size small --device cuda --evaluations 200   # GPU: scoring at small
 

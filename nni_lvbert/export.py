@@ -1,7 +1,7 @@
 """`lvbert export`: a subnet cut out of a trained supernet (or IOT) run, as a Hugging Face model directory.
 
-    lvbert export --supernet runs/supernet --arch runs/search/best_arch.json --out models/best
-    lvbert export --supernet runs/iot --out models/iot-top      # an IOT run: its most used order by default
+    lvbert export --supernet runs/quickstart/supernet --arch runs/quickstart/search/best_arch.json --out runs/quickstart/model
+    lvbert export --supernet runs/quickstart/iot --out runs/quickstart/model-iot     # an IOT run: its most used order by default
 
 The subnet inherits the supernet's weights exactly: NNI's `ModelSpace.freeze(arch)` keeps the chosen layers'
 modules, and `nni_lvbert.hf.save_hf_model` writes them as `LVBertForMaskedLM` (+ tokenizer + bundled code). The

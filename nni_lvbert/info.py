@@ -54,7 +54,9 @@ def register(sub) -> None:
     p = sub.add_parser("info", help="parameter counts of an architecture at a model size")
     p.add_argument("--arch", required=True, help="compact string (ccsf...), digits (0/1/2), name "
                    "(bert, dynamicconv, sandwich, lvbert-small), NNI dict JSON or a best_arch.json path")
-    p.add_argument("--size", default="small", help="tiny | small | medium | base (search_spaces/sizes.yaml)")
+    p.add_argument("--size", default="small",
+                   help="tiny | small | medium | base (default small; defined in a checkout's "
+                        "search_spaces/sizes.yaml, in an installed package's nni_lvbert/search_spaces/sizes.yaml)")
     p.add_argument("--space", default="lvbert", help="search-space name or YAML path (default: lvbert)")
     p.add_argument("--vocab-size", type=int, default=None, help="override the size's vocabulary")
     p.add_argument("--sharing", choices=["none", "type"], default=None, help="cross-layer sharing (ALBERT)")

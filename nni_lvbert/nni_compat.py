@@ -269,6 +269,70 @@ def watch_resumed_trials() -> None:
     MsgDispatcher._lvbert_watches_resumed = True
 
 
+# --- A tuner that cannot go on --------------------------------------------------------------------------------------
+# NNI 3.0 gives a tuner no way to fail its experiment with a message. A tuner that keeps handing out trials whose
+# every run fails lets the experiment end DONE with `errors: []` (the cause only in each trial's stderr); an exception
+# in a tuner callback ends the dispatcher thread silently (msg_dispatcher_base.command_queue_worker). The dispatcher's
+# own report_error (the `ER` command) makes NNI's manager set the experiment to ERROR, shown by `nnictl experiment
+# show` and the web UI as "Dispatcher stream error, tuner may have crashed.", with our message logged in the
+# experiment's log/nnimanager.log ("Dispatcher error: ...") and log/dispatcher.log.
+# The patch: a tuner's trial_end may raise TunerGaveUp; the dispatcher then reports it (with the failed trial's
+# last error line from <experiment>/environments/<env>/trials/<trial id>/trial.stderr) and stops.
+# Drop when: NNI lets a tuner end an experiment with an error of its own; tests/test_search_nnictl.py's failing
+# experiment must still end ERROR with the trial's error line in the logs.
+class TunerGaveUp(RuntimeError):
+    """Raised by a tuner's trial_end when the experiment cannot succeed (e.g. its first trials all failed)."""
+
+
+def trial_stderr(exp_dir: Path, trial: str = "*") -> list[Path]:
+    """The stderr files of an experiment's trials (NNI 3.0's local service: environments/<env>/trials/<id>/
+    trial.stderr), oldest first."""
+    found = Path(exp_dir).glob(f"environments/*/trials/{trial}/trial.stderr")
+    return sorted(found, key=lambda p: p.stat().st_mtime)
+
+
+def trial_error_line(stderrs: list[Path]) -> str | None:
+    """The last `error:` line (else the last line naming an Error) of the first of `stderrs` that has one."""
+    for stderr in stderrs:
+        line = _error_line(stderr)
+        if line:
+            return line
+    return None
+
+
+def _error_line(stderr: Path) -> str | None:
+    """The last `error:` line of a trial's stderr (else the last line naming an Error), or None."""
+    try:
+        lines = [ln.strip() for ln in Path(stderr).read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    errors = [ln for ln in lines if ln.startswith("error:")] or [ln for ln in lines if "Error" in ln]
+    return errors[-1] if errors else None
+
+
+def stop_when_tuner_gives_up() -> None:
+    from nni.runtime.msg_dispatcher import MsgDispatcher
+
+    if getattr(MsgDispatcher, "_lvbert_stops_on_give_up", False):
+        return
+    trial_end = MsgDispatcher.handle_trial_end
+
+    def handle_trial_end(self, data):
+        try:
+            trial_end(self, data)
+        except TunerGaveUp as exc:
+            trial = data.get("trial_job_id")
+            log_dir = os.environ.get("NNI_LOG_DIRECTORY")
+            line = trial_error_line(trial_stderr(Path(log_dir).parent, trial)) if log_dir and trial else None
+            message = f"{exc}: trial {trial} failed" + (f" with {line!r}" if line else "")
+            logging.getLogger(__name__).error(message)
+            self.report_error(message)
+            raise
+
+    MsgDispatcher.handle_trial_end = handle_trial_end
+    MsgDispatcher._lvbert_stops_on_give_up = True
+
+
 # --- nnictl experiments: manifest, trial database, command output ------------------------------------------------
 # NNI 3.0 has no Python API to read a stopped experiment's trials, and `nnictl create/resume` print the new ID only as
 # text. Used: the manifest (nni.tools.nnictl.config_utils.Experiments, `logDir`), the SQLite file <logDir>/<id>/db/

@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from . import layout
 from .cliargs import DeprecatedAlias, add_compile_arg, add_data_args, add_json_arg, add_out_arg, add_resume_args
 from .errors import UserError
 from .options import launcher_is_rank_zero
@@ -32,7 +33,7 @@ STAGE_ENV = "LVBERT_RUN_STAGE"  # set by rank 0 for the ranks it launches: the s
 
 @dataclass
 class PipelineOptions(DataOptions):
-    out: str = "runs/quickstart"
+    out: str = layout.RUN
     space: str = "lvbert"
     size: str = "tiny"
     seed: int = 0
@@ -130,29 +131,58 @@ def run(opts: PipelineOptions) -> dict:
 
         check_compile_backend(opts.compile)
     out.open(opts)
-    start = time.time()
-    stages = 3 if opts.objective else 2
+    clock = PartClock(out)
+    try:
+        stages = 3 if opts.objective else 2
 
-    supernet_meta = stage(f"[1/{stages}] supernet", RunDir(supernet_dir, "supernet"), opts.resume,
-                          f"({opts.space}, size {opts.size})", lambda resume: train_supernet(supernet_options(resume)))
-    best = stage(f"[2/{stages}] search", RunDir(search_dir, "search"), opts.resume,
-                 f"{', '.join(opts.strategies)} over the supernet",
-                 lambda resume: run_search(SearchOptions(
-                     supernet=str(supernet_dir), strategies=list(opts.strategies), seed=opts.seed,
-                     evolution=opts.evolution, out=str(search_dir), resume=resume, overwrite=not resume,
-                     rerank=opts.rerank, rerank_steps=opts.rerank_steps, progress=opts.progress), resume_command=f"lvbert run --out {opts.out} --resume"),
-                 done="best_arch.json", marker="search.json")
-    summary = {
-        "best_arch": str(search_dir / "best_arch.json"),
-        "arch": best["compact"],
-        "score": best.get("score"),
-        "supernet_val_mlm_acc": supernet_meta.get("final_val_mlm_acc"),
-        "plot": str(search_dir / "search_curve.png"),
-    }
-    if opts.objective:
-        summary.update(pretrain_stage(opts, out, best["compact"]))
-    summary["minutes"] = round((time.time() - start) / 60, 1)
-    return summary
+        supernet_meta = stage(f"[1/{stages}] supernet", RunDir(supernet_dir, "supernet"), opts.resume,
+                              f"({opts.space}, size {opts.size})",
+                              lambda resume: train_supernet(supernet_options(resume)))
+        clock.save()
+        best = stage(f"[2/{stages}] search", RunDir(search_dir, "search"), opts.resume,
+                     f"{', '.join(opts.strategies)} over the supernet",
+                     lambda resume: run_search(SearchOptions(
+                         supernet=str(supernet_dir), strategies=list(opts.strategies), seed=opts.seed,
+                         evolution=opts.evolution, out=str(search_dir), resume=resume, overwrite=not resume,
+                         rerank=opts.rerank, rerank_steps=opts.rerank_steps, progress=opts.progress),
+                         resume_command=f"lvbert run --out {opts.out} --resume"),
+                     done="best_arch.json", marker="search.json")
+        summary = {
+            "best_arch": str(search_dir / "best_arch.json"),
+            "arch": best["compact"],
+            "score": best.get("score"),
+            "supernet_val_mlm_acc": supernet_meta.get("final_val_mlm_acc"),
+            "plot": str(search_dir / "search_curve.png"),
+        }
+        clock.save()
+        if opts.objective:
+            summary.update(pretrain_stage(opts, out, best["compact"]))
+        summary["minutes"] = round(clock.total() / 60, 1)  # every part of a resumed run
+        summary["minutes_this_part"] = round(clock.this_part() / 60, 1)
+        return summary
+    finally:
+        clock.save()  # also when interrupted: the next part's summary counts this one (not after kill -9)
+
+
+class PartClock:
+    """Wall time of a run over its parts (each `--resume` starts one), kept in OUT/elapsed.json."""
+
+    FILE = "elapsed.json"
+
+    def __init__(self, out):
+        self.out = out
+        self.before = [float(x) for x in (out.read_json(self.FILE).get("parts_seconds", []) if out.has(self.FILE)
+                                         else [])]
+        self.start = time.time()
+
+    def this_part(self) -> float:
+        return time.time() - self.start
+
+    def total(self) -> float:
+        return sum(self.before) + self.this_part()
+
+    def save(self) -> None:
+        self.out.write_json(self.FILE, {"parts_seconds": [round(x, 1) for x in self.before + [self.this_part()]]})
 
 
 def stage(title: str, run, resume: bool, what: str, work, done: str = META, marker: str = CHECKPOINT) -> dict:

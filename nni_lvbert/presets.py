@@ -32,7 +32,7 @@ TABLE = {
         "tiny":         (2e-3,     100,     1_000,    32,  0.0,      100,    20,    100,  0.25),
         # ELECTRA at tiny learns at a quarter of MLM's lr: at 2e-3 the discriminator stays at the constant answer
         # "original" (AUC 0.52 after 1,000 steps), even against a fixed unigram sampler in place of the generator;
-        # at 5e-4 its AUC rises steadily (README, "pre-training")
+        # at 5e-4 its AUC rises steadily (docs/results.md, "Pre-training at tiny")
         "tiny-electra": (5e-4,     100,     1_000,    32,  0.0,      100,    20,    100,  0.25),
     },
 }

@@ -199,9 +199,9 @@ def test_history_reader_is_tolerant(tmp_path):
         explicit_orders(["sfcs", "sfcs"], SPEC)
 
 
-def test_default_orders_source_is_runs_search(tmp_path, monkeypatch):
+def test_default_orders_source_is_the_quickstart_search(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(UserError, match="no candidate orders: runs/search not found"):
+    with pytest.raises(UserError, match="no candidate orders: runs/quickstart/search not found"):
         resolve_orders(SPEC)
     with pytest.raises(UserError, match="one source"):
         resolve_orders(SPEC, orders=["sfcs", "cccc"], block="sa,ff")

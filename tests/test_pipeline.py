@@ -112,3 +112,15 @@ def test_ctrl_c_during_the_search_names_the_run_command_to_resume(tmp_path, cach
     assert f"continue it with: lvbert run --out {out} --resume" in err and "lvbert search run" not in err
     supernet = json.loads((out / "supernet" / "meta.json").read_text())
     assert [h["step"] for h in supernet["validation"]] == [3, 4]  # --val-every, then the last step
+    # minutes count every part: the interrupted part is in elapsed.json (made long here), the resumed summary adds it
+    parts = json.loads((out / "elapsed.json").read_text())["parts_seconds"]
+    assert len(parts) == 1 and parts[0] > 0
+    (out / "elapsed.json").write_text(json.dumps({"parts_seconds": [600.0]}))
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main(["run", "--out", str(out), "--resume", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["minutes"] >= 10.0 > summary["minutes_this_part"]
+    parts = json.loads((out / "elapsed.json").read_text())["parts_seconds"]
+    assert len(parts) == 2 and parts[0] == 600.0
+    assert abs(summary["minutes"] - sum(parts) / 60) <= 0.1

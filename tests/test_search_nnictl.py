@@ -3,6 +3,7 @@ export, stop) and `nnictl resume`. Slow: each starts a real NNI experiment."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -41,8 +42,9 @@ def test_committed_search_space_json_is_generated_from_the_model_space(capsys):
 
 def test_checkout_experiment_config_resolves_as_written():
     """`nnictl create --config experiments/search.yml` from a checkout: NNI resolves the config's relative paths
-    against the top-level experiments/ folder, and a trial's default supernet (../runs/supernet, relative to that
-    folder, where trials run) is where `lvbert supernet train` writes by default, run from the checkout."""
+    against the top-level experiments/ folder, and a trial's default supernet (../runs/quickstart/supernet, relative
+    to that folder, where trials run) is where `lvbert supernet train` and the quickstart write, run from the
+    checkout; search.yml and iot.yml carry the slot `lvbert init-experiment --supernet` fills in."""
     import shlex
 
     from nni.experiment.config import ExperimentConfig
@@ -54,8 +56,14 @@ def test_checkout_experiment_config_resolves_as_written():
     assert Path(config.trial_code_directory) == folder and Path(config.search_space_file).is_file()
     command = shlex.split(config.trial_command)
     default = command[command.index("--supernet") + 1]
-    assert default == "${LVBERT_SUPERNET:-../runs/supernet}"
-    assert (folder / "../runs/supernet").resolve() == (REPO / SupernetOptions().out).resolve()
+    assert default == "${LVBERT_SUPERNET:-../runs/quickstart/supernet}"
+    assert (folder / "../runs/quickstart/supernet").resolve() == (REPO / SupernetOptions().out).resolve()
+    from nni_lvbert.init_experiment import SUPERNET_SLOT, WITH_SUPERNET
+    from nni_lvbert.pipeline import PipelineOptions
+
+    assert (REPO / PipelineOptions().out / "supernet").resolve() == (REPO / SupernetOptions().out).resolve()
+    for name in WITH_SUPERNET:
+        assert SUPERNET_SLOT in (folder / name).read_text()
 
 
 def test_nnictl_port_in_use_is_one_line(tiny, capsys):
@@ -71,6 +79,36 @@ def test_nnictl_port_in_use_is_one_line(tiny, capsys):
     code, _, err = run_cli(["search", "nnictl", "--supernet", str(tiny["run"]), "--port", str(free_port()),
                             "--trial-gpus", "-1"], capsys)
     assert code == 2 and "--trial-gpus must be >= 0" in one_error_line(err)
+
+
+def test_init_experiment_with_a_supernet_fills_the_configs_and_export_finds_it(tiny, tmp_path, capsys):
+    """`init-experiment DIR --supernet RUN`: search.yml and iot.yml name RUN (absolute), search_space.json is RUN's
+    own space; export's supernet comes from a trial command as written (a path, or ${LVBERT_SUPERNET:-D} resolved
+    against the trial folder); a missing supernet is one line and writes nothing."""
+    from nni_lvbert.init_experiment import SUPERNET_SLOT
+    from nni_lvbert.search.nnictl import space_json, supernet_from_config
+    from nni_lvbert.supernet.rundir import supernet_dir
+
+    run = Path(tiny["run"]).resolve()
+    code, _, err = run_cli(["init-experiment", str(tmp_path / "no"), "--supernet", str(tmp_path / "nope")], capsys)
+    assert code == 2 and "supernet directory not found" in one_error_line(err) and not (tmp_path / "no").exists()
+    folder = tmp_path / "my-exp"
+    code, out, err = run_cli(["init-experiment", str(folder), "--supernet", str(tiny["run"]), "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["supernet"] == str(run) and "LVBERT_SUPERNET" not in json.loads(out)["or_by_hand"]
+    for name in ("search.yml", "iot.yml"):
+        text = (folder / name).read_text()
+        assert SUPERNET_SLOT not in text and f"--supernet {run}" in text
+    assert json.loads((folder / "search_space.json").read_text()) == space_json(supernet_dir(run).spec)
+    import yaml
+
+    config = yaml.safe_load((folder / "search.yml").read_text())
+    assert supernet_from_config(config) == str(run)
+    shipped = yaml.safe_load((REPO / "experiments" / "search.yml").read_text())
+    shipped["trialCodeDirectory"] = str(tmp_path / "exp")
+    assert supernet_from_config(shipped) == str(tmp_path / "exp" / "../runs/quickstart/supernet")
+    code, _, err = run_cli(["init-experiment", str(folder), "--supernet", str(tiny["run"])], capsys)
+    assert code == 2 and "--overwrite" in one_error_line(err)
 
 
 def _non_loopback_address() -> str | None:
@@ -152,3 +190,90 @@ def test_nnictl_end_to_end_stop_and_resume(tiny, scorer, tmp_path, capsys):
     assert code == 2 and "deprecated" in err and "unknown NNI experiment 'nosuchid'" in err
     code, _, err = run_cli(["search", "nnictl", "resume", "--port", str(free_port())], capsys)
     assert code == 2 and "give the experiment to resume" in one_error_line(err)
+
+
+def _by_hand(folder: Path, port: int) -> tuple[str, dict]:
+    """`nnictl create --config FOLDER/search.yml --port P` as the docs write it (the venv's python first on PATH, the
+    web UI on loopback); the experiment ID and the environment."""
+    import os
+
+    from nni_lvbert.nni_compat import experiment_id_in
+
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               NODE_OPTIONS=f"--require {folder / 'bind_localhost.js'}")
+    env.pop("LVBERT_SUPERNET", None)
+    proc = subprocess.run([str(Path(sys.executable).with_name("nnictl")), "create", "--config",
+                           str(folder / "search.yml"), "--port", str(port)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    exp_id = experiment_id_in(re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr))
+    assert proc.returncode == 0 and exp_id, proc.stdout + proc.stderr
+    return exp_id, env
+
+
+def _small_budget(folder: Path, trials: int) -> None:
+    """The copied search.yml with a budget of `trials` candidates scored on few tokens (the supernet untouched)."""
+    import yaml
+
+    config = yaml.safe_load((folder / "search.yml").read_text())
+    config["maxTrialNumber"] = trials
+    config["tuner"]["classArgs"].update(population=trials, iterations=1, topk=1)
+    config["trialCommand"] += " --val-tokens 2048 --threads 1"
+    (folder / "search.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def _status(port: int) -> dict:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/check-status", timeout=5) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.slow
+def test_nnictl_by_hand_init_experiment_create_export_and_a_loud_failure(tiny, tmp_path, capsys):
+    """docs/guide/search.md by hand: `lvbert init-experiment my-exp --supernet RUN`, plain `nnictl create --config
+    my-exp/search.yml`, two trials, `lvbert search export --experiment ID` without --supernet. Then a copy without a
+    supernet (nothing at ../runs/quickstart/supernet): the first trial fails and the experiment ends ERROR (not
+    DONE), the trial's error in the tuner's log and in export's message."""
+    import time
+
+    from nni_lvbert.nni_compat import experiment_dir
+
+    nnictl = str(Path(sys.executable).with_name("nnictl"))
+    folder = tmp_path / "my-exp"
+    code, out, err = run_cli(["init-experiment", str(folder), "--supernet", str(tiny["run"]), "--json"], capsys)
+    assert code == 0, err
+    _small_budget(folder, 2)
+    port = free_port()
+    exp_id, _ = _by_hand(folder, port)
+    try:
+        jobs = wait_for_trials(port, 2, timeout=240)
+        assert [j["status"] for j in jobs] == ["SUCCEEDED"] * 2, jobs
+        code, out, err = run_cli(["search", "export", "--experiment", exp_id, "--out", str(tmp_path / "export"),
+                                  "--json"], capsys)
+        assert code == 0, err
+        best = json.loads((tmp_path / "export" / "best_arch.json").read_text())
+        assert best["supernet"]["run_dir"] == str(Path(tiny["run"]).resolve()) and len(best["arch"]) == SLOTS
+    finally:
+        subprocess.run([nnictl, "stop", exp_id], capture_output=True, timeout=60)
+
+    lost = tmp_path / "elsewhere" / "my-exp"  # no ../runs/quickstart/supernet next to it, no $LVBERT_SUPERNET
+    code, _, err = run_cli(["init-experiment", str(lost)], capsys)
+    assert code == 0, err
+    _small_budget(lost, 2)
+    port = free_port()
+    exp_id, _ = _by_hand(lost, port)
+    try:
+        deadline = time.time() + 180
+        while _status(port)["status"] not in ("ERROR", "DONE", "STOPPED") and time.time() < deadline:
+            time.sleep(1)
+        status = _status(port)
+        assert status["status"] == "ERROR", status
+        jobs = wait_for_trials(port, 1, timeout=10)
+        assert len(jobs) == 1 and jobs[0]["status"] == "FAILED"  # the experiment stopped at the first failure
+        log = (experiment_dir(exp_id) / "log" / "dispatcher.log").read_text()
+        assert "a trial failed before any trial reported a score" in log and "supernet directory not found" in log
+        code, _, err = run_cli(["search", "export", "--experiment", exp_id], capsys)
+        assert code == 2 and "no finished trial" in one_error_line(err)
+        assert "supernet directory not found" in one_error_line(err)
+    finally:
+        subprocess.run([nnictl, "stop", exp_id], capture_output=True, timeout=60)

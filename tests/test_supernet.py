@@ -180,7 +180,7 @@ def test_resume_after_kill9_replays_the_uninterrupted_run(tmp_path, trained, tra
                                    run / "checkpoints" / "last.ckpt", 3, steps)
     assert killed_at is not None, "training finished before it could be killed"
     assert not (run / "supernet.safetensors").exists()
-    # exactly the README's resume line: every option comes from the run directory
+    # exactly the docs' resume line (docs/guide/supernet.md): every option comes from the run directory
     assert main(["supernet", "train", "--out", str(run), "--resume"]) == 0
 
     from safetensors.torch import load_file

@@ -139,3 +139,33 @@ def test_a_trial_end_that_overtakes_its_result_keeps_the_score():
     tuner.trial_end(0, True)
     tuner.receive_trial_result(0, params, {"default": 0.5})
     assert tuner.algorithm.scores[arch(params)] == 0.5
+
+
+def test_a_first_trial_that_fails_stops_the_experiment_with_its_error(tmp_path, monkeypatch):
+    """A trial that fails before any trial reported a score (no supernet, say) ends the experiment with an error
+    through NNI's ER command (status ERROR), naming the trial's error line; after one success a failure is a
+    candidate without a score, as before."""
+    from nni_lvbert.nni_compat import TunerGaveUp
+
+    exp = tmp_path / "exp"
+    (exp / "log").mkdir(parents=True)
+    monkeypatch.setenv("NNI_LOG_DIRECTORY", str(exp / "log"))
+    manager = Manager(concurrency=1)
+    sent = []
+    manager.dispatcher.send = lambda command, data: sent.append((command, data)) or manager._receive(command, data)
+    manager.start()
+    pid, params = manager.queue.pop(0)
+    (exp / "environments" / "local-env" / "trials" / f"t{pid}").mkdir(parents=True)
+    (exp / "environments" / "local-env" / "trials" / f"t{pid}" / "trial.stderr").write_text("loading\nerror: supernet directory not found: ../x\n")
+    with pytest.raises(TunerGaveUp):
+        manager.dispatcher.handle_trial_end({"trial_job_id": f"t{pid}", "event": "FAILED",
+                                             "hyper_params": dump({"parameter_id": pid, "parameters": params})})
+    errors = [data for command, data in sent if command == CommandType.Error]
+    assert len(errors) == 1 and "before any trial reported a score" in errors[0]
+    assert f"trial t{pid} failed with 'error: supernet directory not found: ../x'" in errors[0]
+
+    ok = Manager(concurrency=1)
+    ok.start()
+    ok.finish_one()
+    params, score = ok.finish_one(fail=True)  # after a success: a candidate without a score, the search goes on
+    assert score is None and ok.queue

@@ -1,6 +1,7 @@
 """`lvbert finetune` (one task) and `lvbert glue` (every GLUE task found in a folder)."""
 from __future__ import annotations
 
+from .. import layout
 from ..cliargs import DeprecatedAlias, add_hardware_args, add_json_arg, add_out_arg, add_resume_args
 
 
@@ -60,7 +61,7 @@ def register(sub) -> None:
         q.add_argument("--max-answer-length", type=int, default=30, help="tokens (default 30)")
         q.add_argument("--null-threshold", type=float, default=0.0,
                        help="v2.0: answer nothing when null score - best span score > this (default 0)")
-        _common(p, "runs/finetune")
+        _common(p, layout.FINETUNE)
         p.set_defaults(func=run_finetune)
     if "glue" not in sub.choices:
         g = sub.add_parser("glue", help="fine-tune and evaluate on every GLUE task found in a folder")
@@ -68,7 +69,7 @@ def register(sub) -> None:
         g.add_argument("--task", "--tasks", dest="tasks", nargs="+", default=None, metavar="TASK",
                        action=DeprecatedAlias, old="--tasks", new="--task",
                        help="only these tasks (default: every one found)")
-        _common(g, "runs/glue")
+        _common(g, layout.GLUE)
         g.set_defaults(func=run_glue)
 
 

@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import layout
 from ..errors import UserError
 from ..options import launcher_is_rank_zero, to_dict
 from ..atomic import write_json
@@ -44,7 +45,7 @@ class FinetuneOptions:
     text_pair_column: str | None = None
     label_column: str | None = None
     task_type: str = "classification"
-    out: str = "runs/finetune"
+    out: str = layout.FINETUNE
     seeds: list[int] = field(default_factory=lambda: [0])
     lr: float | None = None  # None: 3e-4 (hidden < 768) or 1e-4 (base)
     epochs: float | None = None  # None: the task's (10 RTE/STS-B, 3 otherwise)

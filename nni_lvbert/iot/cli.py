@@ -4,19 +4,20 @@ from __future__ import annotations
 
 def register(sub) -> None:
     from ..cliargs import add_data_args, add_json_arg, add_out_arg, add_training_args
+    from ..layout import IOT, SEARCH
     from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 
     p = sub.add_parser("iot", help="instance-wise layer order: route each sequence to one of M candidate orders")
     isub = p.add_subparsers(dest="iot_command", metavar="ACTION")
 
     t = isub.add_parser("train", help="train shared weights + order predictor (NNI one-shot strategy)")
-    add_out_arg(t, "runs/iot", "run directory")
+    add_out_arg(t, IOT, "run directory")
     start = t.add_argument_group("start (one of)")
     start.add_argument("--supernet", default=None, metavar="RUN_DIR", help="start from a trained supernet run")
     start.add_argument("--space", default=None, help="train from scratch on this search space (name or YAML)")
     start.add_argument("--size", default=None, help="from scratch: tiny | small | medium | base (default: the space's)")
     add_data_args(t.add_argument_group("data (default: the supernet's prepared data)"), scratch="from scratch: ")
-    o = t.add_argument_group("candidate orders (one source; default: top-M of runs/search)")
+    o = t.add_argument_group(f"candidate orders (one source; default: top-M of {SEARCH})")
     o.add_argument("--orders-from", default=None, metavar="SEARCH_DIR",
                    help="top-M distinct architectures of a search's history.jsonl")
     o.add_argument("--orders", nargs="+", default=None, metavar="ARCH",
@@ -42,7 +43,7 @@ def register(sub) -> None:
     t.set_defaults(func=run_train)
 
     e = isub.add_parser("eval", help="order usage and validation MLM accuracy per order vs routed (JSON)")
-    add_out_arg(e, "runs/iot", "a finished `lvbert iot train` directory (eval.json is written there)")
+    add_out_arg(e, IOT, "a finished `lvbert iot train` directory (eval.json is written there)")
     e.add_argument("--data", default=None, metavar="DIR", help="prepared data directory (default: the run's)")
     e.add_argument("--batch-size", type=int, default=64, help="validation sequences per batch (default 64)")
     e.add_argument("--val-batches", type=int, default=None, help="only the first N validation batches")

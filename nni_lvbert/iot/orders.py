@@ -9,13 +9,14 @@ import itertools
 import math
 from pathlib import Path
 
+from .. import layout
 from ..arch import Arch
 from ..config import LAYER_TYPES, TYPE_OF_LETTER, SpaceSpec
 from ..errors import UserError
 from ..search.history import HISTORY, read_history, record_arch
 
 DEFAULT_M = 4
-DEFAULT_SEARCH_DIR = "runs/search"
+DEFAULT_SEARCH_DIR = layout.SEARCH
 
 
 def check_m(m: int) -> None:
@@ -121,7 +122,7 @@ def history_orders(search_dir: str | Path, m: int, spec: SpaceSpec) -> tuple[lis
 
 def resolve_orders(spec: SpaceSpec, orders: list[str] | None = None, orders_from: str | None = None,
                    block: str | None = None, m: int | None = None) -> tuple[list[Arch], dict]:
-    """Exactly one source (default: top-M of runs/search). Returns (orders, description of the source)."""
+    """Exactly one source (default: top-M of layout.SEARCH). Returns (orders, description of the source)."""
     given = [name for name, v in (("--orders", orders), ("--orders-from", orders_from), ("--block", block)) if v]
     if len(given) > 1:
         raise UserError(f"give one source of candidate orders, not {' and '.join(given)}")

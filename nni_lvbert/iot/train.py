@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from .. import layout
 from ..errors import UserError
 from ..presets import presets
 from ..options import launcher_is_rank_zero
@@ -26,7 +27,7 @@ HPO_KEYS = {"tau": float, "tau_min": float, "tau_decay": float, "tau_every": int
 class IOTOptions(TrainOptions):
     PRESETS: ClassVar[dict[str, dict]] = presets("iot")  # paper: continued pre-training of a small supernet
 
-    out: str = "runs/iot"
+    out: str = layout.IOT
     supernet: str | None = None  # start from this trained supernet run directory
     space: str | None = None  # or from scratch on this space (size: the space's; dropout: from scratch only)
     data: str | None = None  # a prepared data directory (default: the supernet's, or prepared from --corpus)

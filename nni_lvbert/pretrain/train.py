@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from .. import layout
 from ..errors import UserError
 from ..presets import presets
 from ..rundir import RunDir
@@ -34,7 +35,7 @@ DEFAULT_SIZE = "small"
 class PretrainOptions(TrainOptions):
     PRESETS: ClassVar[dict[str, dict]] = presets("pretrain")  # per size; tiny-electra: ELECTRA's tiny lr
 
-    out: str = "runs/pretrain"
+    out: str = layout.PRETRAIN
     arch: str | None = None  # any Arch spelling; stored as compact letters
     model_config: str | None = None  # a model_config.json (e.g. a supernet run's) instead of --size's shape
     objective: str = "electra"

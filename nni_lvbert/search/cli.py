@@ -37,7 +37,7 @@ def add_search_strategy_arg(p) -> None:
 
 from .defaults import BATCH_SIZE, VAL_TOKENS  # noqa: E402
 
-EXPORT_OUT = "runs/search-nnictl"  # `search export --out` default
+from ..layout import SEARCH_NNICTL as EXPORT_OUT, SUPERNET  # noqa: E402  (`search export --out` default)
 
 
 def register(sub) -> None:
@@ -77,7 +77,7 @@ def register(sub) -> None:
     r.set_defaults(func=run_cmd)
 
     sc = ssub.add_parser("score", help="inherited-weight MLM accuracy of one architecture")
-    sc.add_argument("--supernet", default="runs/supernet", help="supernet run directory (default runs/supernet)")
+    sc.add_argument("--supernet", default=SUPERNET, help=f"supernet run directory (default {SUPERNET})")
     sc.add_argument("--arch", required=True, help="compact string, name, NNI dict JSON or best_arch.json")
     sc.add_argument("--val-tokens", type=int, default=VAL_TOKENS,
                     help=f"validation tokens the architecture is scored on (default {VAL_TOKENS})")
@@ -110,7 +110,7 @@ def register(sub) -> None:
     n.add_argument("--config", default=None, help="nnictl config (default: the packaged search.yml)")
     n.add_argument("--resume", dest="resume_id", default=None, metavar="ID",
                    help="deprecated spelling of `resume ID`")
-    n.add_argument("--supernet", default="runs/supernet", help="supernet run directory (default runs/supernet)")
+    n.add_argument("--supernet", default=SUPERNET, help=f"supernet run directory (default {SUPERNET})")
     n.add_argument("--port", type=int, default=8080, help="web UI / REST API port (default 8080)")
     n.add_argument("--host", default="127.0.0.1", help="interface for the web UI / REST API (default 127.0.0.1)")
     n.add_argument("--max-trials", type=int, default=None, help="override maxTrialNumber")

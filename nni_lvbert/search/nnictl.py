@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from ..nni_compat import check_nnictl_filelock, experiment_dir, experiment_id_in
+from ..nni_compat import check_nnictl_filelock, experiment_dir, experiment_id_in, trial_error_line, trial_stderr
 from ..resources import BIND_JS_FILE, SEARCH_CONFIG
 
 # the packaged config (experiments/search.yml) is the default of `lvbert search nnictl`
@@ -202,6 +202,37 @@ def read_trials(exp_dir: Path) -> tuple[list[dict], dict]:
     return trials, config
 
 
+def supernet_from_config(config: dict) -> str:
+    """The supernet an experiment's trials read: the `--supernet` of its trial command, with `${LVBERT_SUPERNET:-D}`
+    taken as $LVBERT_SUPERNET when set, else D; a relative path is relative to the trial code directory."""
+    import shlex
+
+    command = config.get("trialCommand") or ""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    if "--supernet" not in words[:-1]:
+        raise UserError("the experiment's trial command names no --supernet; pass --supernet RUN")
+    value = words[words.index("--supernet") + 1]
+    default = re.fullmatch(r"\$\{LVBERT_SUPERNET:-(.*)\}", value)
+    if default:
+        value = os.environ.get("LVBERT_SUPERNET") or default.group(1)
+    elif "$" in value:
+        raise UserError(f"the experiment's trial command reads the supernet from {value}; pass --supernet RUN")
+    path = Path(os.path.expanduser(value))
+    return str(path if path.is_absolute() else Path(config.get("trialCodeDirectory") or ".") / path)
+
+
+def first_trial_error(exp_dir: Path) -> str | None:
+    """'trial ID: <its last error line>' for the first failed trial with one in its stderr, else None."""
+    for stderr in trial_stderr(exp_dir):
+        line = trial_error_line([stderr])
+        if line:
+            return f"trial {stderr.parent.name}: {line}"
+    return None
+
+
 def export(args) -> dict:
     """`lvbert search export`: the best trial of an nnictl experiment as best_arch.json."""
     from ..arch import parse_arch, to_compact, to_dict
@@ -213,11 +244,10 @@ def export(args) -> dict:
     exp_dir = Path(args.experiment_dir) if args.experiment_dir else experiment_dir(args.experiment)
     trials, config = read_trials(exp_dir)
     if not trials:
-        raise UserError(f"experiment {args.experiment or exp_dir} has no finished trial with a final metric yet")
-    supernet = args.supernet
-    if supernet is None:
-        m = re.search(r"--supernet\s+(\S+)", config.get("trialCommand", ""))
-        supernet = m.group(1) if m and "$" not in m.group(1) else os.environ.get("LVBERT_SUPERNET", "runs/supernet")
+        failed = first_trial_error(exp_dir)
+        raise UserError(f"experiment {args.experiment or exp_dir} has no finished trial with a final metric yet"
+                        + (f"; {failed}" if failed else ""))
+    supernet = args.supernet or supernet_from_config(config)
     run = supernet_dir(supernet)
     spec, cfg, meta = run.spec, run.cfg, run.meta
     best = max(trials, key=lambda t: t["score"])

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import layout
 from ..arch import Arch
 from ..errors import UserError
 from ..rundir import OPTIONS, RunDir
@@ -32,10 +33,10 @@ PLOT = "search_curve.png"
 
 @dataclass
 class SearchOptions:
-    supernet: str = "runs/supernet"
+    supernet: str = layout.SUPERNET
     strategies: list[str] = field(default_factory=lambda: ["evolution"])
     seed: int = 0
-    out: str = "runs/search"
+    out: str = layout.SEARCH
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
     max_params: int | None = None
     max_flops: int | None = None

@@ -45,7 +45,7 @@ def resolve_device(name: str | None = "auto"):
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise UserError(f"device {name!r} requested but this torch ({torch.__version__}) sees no CUDA GPU; "
-                            "use --device cpu, or install a CUDA build of torch (see README)")
+                            "use --device cpu, or install a CUDA build of torch (see docs/guide/gpu.md)")
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise UserError(f"device {name!r} requested but only {torch.cuda.device_count()} CUDA GPU(s) are visible")
     elif device.type == "mps" and not torch.backends.mps.is_available():

@@ -1,6 +1,6 @@
 """NNI trial for the nnictl path: score one architecture with weights inherited from a supernet run directory.
 
-    python -m nni_lvbert.search.trial --supernet runs/supernet     (as experiments/search.yml's trialCommand)
+    python -m nni_lvbert.search.trial --supernet runs/quickstart/supernet     (as experiments/search.yml's trialCommand)
 
 The architecture comes from `nni.get_next_parameter()` (or `--arch` outside NNI). The trial loads the trained
 supernet (the one-shot NNI space, from supernet.safetensors) and freezes it to that architecture with NNI's
@@ -18,6 +18,7 @@ import time
 
 from ..errors import UserError
 from ..nni_compat import ignore_nni_import_warnings
+from ..layout import SUPERNET
 from ..supernet.rundir import supernet_dir
 from .defaults import BATCH_SIZE, VAL_TOKENS
 
@@ -59,8 +60,8 @@ def score_trial(run_dir, arch, val_tokens: int = VAL_TOKENS, batch_size: int = B
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m nni_lvbert.search.trial", description=__doc__.splitlines()[0])
-    p.add_argument("--supernet", default=os.environ.get("LVBERT_SUPERNET", "runs/supernet"),
-                   help="supernet run directory (default: $LVBERT_SUPERNET or runs/supernet)")
+    p.add_argument("--supernet", default=os.environ.get("LVBERT_SUPERNET", SUPERNET),
+                   help=f"supernet run directory (default: $LVBERT_SUPERNET or {SUPERNET})")
     p.add_argument("--arch", default=None, help="score this architecture instead of nni.get_next_parameter()")
     p.add_argument("--val-tokens", type=int, default=VAL_TOKENS)
     p.add_argument("--batch-size", type=int, default=64)

@@ -6,7 +6,9 @@ The same `algorithm.Algorithm1` as the in-process strategy; this class only adap
 - `generate_parameters` hands out the next candidate. Between generations Algorithm 1 must wait until every
   candidate of the current generation is scored; requests arriving then are remembered and answered through the
   dispatcher's send-trial callback as soon as the next generation exists (several trials can run concurrently);
-- `receive_trial_result` / `trial_end` feed scores (a failed trial counts as evaluated, without a score);
+- `receive_trial_result` / `trial_end` feed scores (a failed trial counts as evaluated, without a score); a trial
+  that fails before any trial reported a score stops the experiment with an error (`nni_compat.TunerGaveUp`):
+  status ERROR instead of DONE over a thousand failed trials;
 - `import_data` (e.g. `nnictl experiment import`) supplies known scores: those candidates are never run again;
 - `nnictl resume`: NNI sends the finished trials' scores through `import_data` and the tuner replays Algorithm 1
   (seeded, so the same candidates come out) without running them again. NNI also re-runs the trials that were
@@ -32,7 +34,7 @@ from nni.tuner import Tuner
 from nni.utils import extract_scalar_reward
 
 from ..arch import Arch
-from ..nni_compat import watch_resumed_trials
+from ..nni_compat import TunerGaveUp, stop_when_tuner_gives_up, watch_resumed_trials
 from .algorithm import Algorithm1, EvolutionConfig
 
 _D = EvolutionConfig()  # Algorithm 1's defaults, defined once (algorithm.EvolutionConfig)
@@ -81,7 +83,9 @@ class LVBertEvolutionTuner(Tuner):
         self.resumed: dict[Arch, dict | None] = {}  # re-run by NNI after a resume -> arch once Algorithm 1 asks
         self.send_trial_callback = None
         self.lock = threading.RLock()
+        self.results = 0  # final results received (a failure before the first one stops the experiment)
         watch_resumed_trials()  # NNI 3.0's dispatcher does not tell a tuner about re-run trials
+        stop_when_tuner_gives_up()  # NNI 3.0 has no way for a tuner to end an experiment with an error
 
     # -- search space
     @_locked
@@ -160,6 +164,7 @@ class LVBertEvolutionTuner(Tuner):
     # -- results
     @_locked
     def receive_trial_result(self, parameter_id: int, parameters: dict, value, **kwargs) -> None:
+        self.results += 1
         arch = self.running.pop(parameter_id, None)
         if arch is None:
             _logger.warning("result for unknown parameter id %s ignored", parameter_id)
@@ -173,6 +178,8 @@ class LVBertEvolutionTuner(Tuner):
         # result: a trial that succeeded keeps waiting for its result (the trial command always reports one).
         if success:
             return
+        if not self.results and not self.known:  # e.g. no supernet: every trial would fail the same way
+            raise TunerGaveUp("a trial failed before any trial reported a score, so the search stops")
         arch = self.running.pop(parameter_id, None)
         if arch is not None:  # failed without a final result: evaluated, but no score
             self.algorithm.tell(arch, None)

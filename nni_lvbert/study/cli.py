@@ -25,9 +25,10 @@ def register(sub) -> None:
 
 def _common(p, name: str) -> None:
     from ..cliargs import DeprecatedAlias, add_json_arg, add_out_arg, add_resume_args
+    from ..layout import STUDY
     from .common import BUDGETS
 
-    add_out_arg(p, f"runs/study-{name}", "study directory")
+    add_out_arg(p, f"{STUDY}/{name}", "study directory")
     p.add_argument("--quick", action="store_true", help="CI-sized run: checks that everything runs, not what wins")
     p.add_argument("--seed", type=int, default=0, help="seed of the study's searches and draws" if name == "search" else
                    "seed of the stand-alone trainings and the study's draws")

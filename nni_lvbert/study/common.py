@@ -16,13 +16,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import layout
 from ..errors import UserError
 from ..options import to_dict
 from ..rundir import RunDir
 
 ALL_TOKENS = 10**9  # --val-tokens default: the whole validation split
 
-# Stand-alone budgets. "tiny" is the CPU regime of the README's study (the README's study section says how it was chosen);
+# Stand-alone budgets. "tiny" is the CPU regime of the studies in docs/results.md (which says how it was chosen);
 # "quick" is CI-sized: it checks that everything runs, not what wins.
 BUDGETS = {
     "quick": dict(steps=30, lr=2e-3, warmup_steps=3, batch_size=8, dropout=0.0),
@@ -65,7 +66,7 @@ class StudyOptions:
 
     TRAINS_MODELS = True  # False: the study trains no stand-alone model (its options.json stores no budget)
 
-    out: str = "runs/study"
+    out: str = layout.STUDY
     quick: bool = False
     models: str | None = None  # model store (default OUT/models)
     max_steps: int | None = None  # stand-alone budget (Budget.steps); None = the preset (quick or tiny)

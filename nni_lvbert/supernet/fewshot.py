@@ -19,6 +19,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from .. import layout
 from ..errors import UserError
 from ..rundir import META, RunDir
 from .train import SupernetOptions
@@ -40,7 +41,7 @@ def is_fewshot(path) -> bool:
 
 @dataclasses.dataclass
 class FewShotOptions(SupernetOptions):
-    out: str = "runs/supernet-fewshot"
+    out: str = layout.FEWSHOT
     split: str = "slot:0"
 
 

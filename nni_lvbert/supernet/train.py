@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from .. import layout
 from ..errors import UserError
 from ..trainer import state_digest
 from ..presets import presets
@@ -21,7 +22,7 @@ WEIGHTS = "supernet.safetensors"
 class SupernetOptions(TrainOptions):
     PRESETS: ClassVar[dict[str, dict]] = presets("supernet")  # LV-BERT Table 5; tiny: ~10 min on 2 CPU cores
 
-    out: str = "runs/supernet"
+    out: str = layout.SUPERNET
     space: str = "lvbert"
     sharing: str | None = None
     record_paths: bool = False  # write ranks/rank<r>.json with every sampled path and a weight digest
