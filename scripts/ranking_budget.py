@@ -13,10 +13,21 @@ import sys
 from pathlib import Path
 
 
+NAMED = ("bert", "dynamicconv", "sandwich", "lvbert-small", "searched")
+
+
+def _rows(res: dict) -> dict:
+    """{arch: role, inherited, standalone} of a ranking.json: the current form (ground truth + one column per
+    ranker: the first ranker is the inherited score) or the older one (inherited, standalone)."""
+    first = res["rankers"][0]["ranker"] if "rankers" in res else None
+    return {r["arch"]: {"role": r["role"], "inherited": r[first] if first else r["inherited"],
+                        "standalone": r["ground_truth"] if first else r["standalone"]} for r in res["rows"]}
+
+
 def compare(a: dict, b: dict) -> dict:
     from nni_lvbert.study.stats import rank_correlations
 
-    rows_a, rows_b = ({r["arch"]: r for r in res["rows"]} for res in (a, b))
+    rows_a, rows_b = _rows(a), _rows(b)
     if set(rows_a) != set(rows_b):
         raise SystemExit("error: the two ranking studies compare different architectures")
     if a["validation"]["masked_tokens"] != b["validation"]["masked_tokens"]:
@@ -56,10 +67,10 @@ def plot(result: dict, path: Path) -> None:
         steps = key.rsplit("_", 1)[1]
         points = [(r["inherited"], r[f"standalone_{steps}"]) for r in result["rows"]]
         for r, (x, y) in zip(result["rows"], points):
-            named = r["role"] != "spread"
+            named = r["role"] in NAMED
             ax.scatter(x, y, marker="s" if named else "o", s=36 if named else 24, color="C1" if named else "C0",
                        zorder=3)
-        _label_points(ax, [(r["role"], x, y) for r, (x, y) in zip(result["rows"], points) if r["role"] != "spread"],
+        _label_points(ax, [(r["role"], x, y) for r, (x, y) in zip(result["rows"], points) if r["role"] in NAMED],
                       points, fontsize=7)
         c = result[key]
         ax.set_title(f"{steps} stand-alone steps: Kendall τ = {c['kendall_tau']:.2f}", fontsize=10)
