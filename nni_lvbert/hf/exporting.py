@@ -21,7 +21,8 @@ ONNX_PACKAGES = ("onnx", "onnxscript")
 
 
 def output_names(model) -> tuple[str, ...]:
-    return OUTPUT_NAMES.get(type(model).__name__, ("logits",))
+    name = type(model).__name__
+    return OUTPUT_NAMES.get(name, ("last_hidden_state",) if name.endswith("Model") else ("logits",))
 
 
 def example_inputs(config, batch: int = 2, seq: int = 8, seed: int = 0) -> dict:
