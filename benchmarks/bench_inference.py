@@ -8,6 +8,7 @@ median of repeats, every (model, runtime) called in turn in one process (a chang
 the ratios. Peak memory: the peak RSS of a fresh process that loads one model in one runtime and runs it, minus
 that of a process that does everything but the model. Prints one JSON object.
     taskset -c 1 env OMP_NUM_THREADS=1 python benchmarks/bench_inference.py [--batches 1 32] [--repeats 10]
+(about 15 min on one busy core)
 """
 from __future__ import annotations
 
@@ -79,8 +80,9 @@ def session(path: Path, threads: int):
 
 
 def memory_child(name: str, runtime: str, batch: int, seq: int, path: str, threads: int) -> None:
-    """In a fresh process: load and run (3 calls) one model in one runtime ('none': everything but the model)."""
-    import resource
+    """In a fresh process: load and run (3 calls) one model in one runtime ('none': everything but the model); prints
+    the process's peak RSS (VmHWM: ru_maxrss would carry the parent's peak across fork and exec)."""
+    import onnxruntime  # noqa: F401  (imported on every side)
 
     torch.set_num_threads(threads)
     feed = inputs(batch, seq)
@@ -93,11 +95,9 @@ def memory_child(name: str, runtime: str, batch: int, seq: int, path: str, threa
         s = session(Path(path), threads)
         for _ in range(3):
             s.run(None, {k: v.numpy() for k, v in feed.items()})
-    else:
-        import onnxruntime  # noqa: F401  (imported on both sides)
-
-        build  # noqa: B018
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    peak_kb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                   if line.startswith("VmHWM:"))
+    print(peak_kb / 1024)
 
 
 def peak_mb(name, runtime, batch, seq, path, threads) -> float:
@@ -107,12 +107,11 @@ def peak_mb(name, runtime, batch, seq, path, threads) -> float:
 
 
 def main() -> None:
-    from nni_lvbert.search.latency import median_ms
-
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=10, help="timed calls per (model, runtime) at batch < 8")
+    ap.add_argument("--repeats-large", type=int, default=5, help="timed calls per (model, runtime) at batch >= 8")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--child", nargs=6, default=None)
     args = ap.parse_args()
@@ -120,8 +119,14 @@ def main() -> None:
         name, runtime, batch, seq, path, threads = args.child
         return memory_child(name, runtime, int(batch), int(seq), path, int(threads))
     torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="bench-inference-") as folder:  # five ONNX files of ~70 MB
+        print(json.dumps(run(args, Path(folder)), indent=2))
+
+
+def run(args, folder: Path) -> dict:
+    from nni_lvbert.search.latency import median_ms
+
     names = [*ORDERS, REFERENCE]
-    folder = Path(tempfile.mkdtemp(prefix="bench-inference-"))
     models = {n: build(n) for n in names}
     paths = {n: export(n, m, folder) for n, m in models.items()}
     sessions = {n: session(p, args.threads) for n, p in paths.items()}
@@ -136,7 +141,7 @@ def main() -> None:
             calls[f"{n}/eager"] = lambda m=models[n]: m(**feed)
             calls[f"{n}/onnxruntime"] = lambda s=sessions[n]: s.run(None, numpy_feed)
         with torch.inference_mode():
-            ms = median_ms(calls, args.repeats, warmup=2)
+            ms = median_ms(calls, args.repeats if batch < 8 else args.repeats_large, warmup=2 if batch < 8 else 1)
         rows = {}
         for n in names:
             for runtime in ("eager", "onnxruntime"):
@@ -150,7 +155,7 @@ def main() -> None:
         for row in rows.values():
             row["peak_rss_above_baseline_mb"] = round(row["peak_rss_mb"] - base, 1)
         report["batches"][str(batch)] = {"baseline_rss_mb": round(base, 1), "runs": rows}
-    print(json.dumps(report, indent=2))
+    return report
 
 
 if __name__ == "__main__":
