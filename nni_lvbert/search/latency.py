@@ -187,24 +187,22 @@ class LatencyModel:
         return self.ms["embedding"] + min(self.ms[t] for t in spec.candidates) * spec.slots
 
 
-def latency_constraint(path, max_ms: float | None, cfg, spec, device_type: str = "cpu"):
-    """(accept(arch) -> bool, LatencyModel) for `--max-latency-ms` / `--latency-table`; (None, model or None) without a
-    budget. UserError for a missing or mismatched table and for a budget no architecture of the space meets."""
+def checked_model(path, max_ms: float | None, cfg, spec, device_type: str = "cpu") -> LatencyModel | None:
+    """The LatencyModel of `--latency-table` for the supernet's shape and the search's device type (None without a
+    table). UserError for a missing or mismatched table and for a budget no architecture of the space meets."""
     if max_ms is None and path is None:
-        return None, None
+        return None
     if path is None:
         raise UserError("--max-latency-ms needs --latency-table T.json (lvbert search latency-table --out T.json)")
     if max_ms is not None and max_ms <= 0:
         raise UserError(f"--max-latency-ms must be positive, got {max_ms}")
     model = LatencyModel(load_table(path, device_type))
     model.check(cfg, spec, path)
-    if max_ms is None:
-        return None, model
-    if max_ms < model.min_ms(spec):
+    if max_ms is not None and max_ms < model.min_ms(spec):
         raise UserError(f"no architecture of space {spec.name!r} satisfies --max-latency-ms {max_ms:g}: the fastest "
                         f"is predicted at {model.min_ms(spec):.3f} ms ({model.table['device']}, batch "
                         f"{model.table['batch']} x {model.table['seq']} tokens)")
-    return (lambda arch: model.predict(arch) <= max_ms), model
+    return model
 
 
 def table_cli(args) -> dict:
@@ -247,7 +245,7 @@ class LatencySearch:
         """None without a table; UserError for --pareto without one, a mismatched table or an impossible budget."""
         if pareto and path is None:
             raise UserError("--pareto needs --latency-table T.json (the front is score vs predicted latency)")
-        _, model = latency_constraint(path, max_ms, cfg, spec, device_type)
+        model = checked_model(path, max_ms, cfg, spec, device_type)
         return None if model is None else cls(model, path, max_ms)
 
     def accept(self, arch) -> bool:
