@@ -2,7 +2,7 @@
 
     lvbert export --supernet runs/quickstart/supernet --arch runs/quickstart/search/best_arch.json --out runs/quickstart/model
     lvbert export --supernet runs/quickstart/iot --out runs/quickstart/model-iot     # an IOT run: its most used order by default
-    lvbert export --supernet runs/quickstart/supernet --arch best_arch.json --out runs/quickstart/model --onnx  # + model.onnx
+    lvbert export --supernet runs/quickstart/supernet --arch best_arch.json --out M --onnx   # + M/model.onnx
     lvbert export --model runs/quickstart/pretrain/hf --onnx     # model.onnx into an existing LV-BERT directory
 
 The subnet inherits the supernet's weights exactly: NNI's `ModelSpace.freeze(arch)` keeps the chosen layers'
