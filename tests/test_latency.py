@@ -103,6 +103,8 @@ def test_latency_refusals(tiny, tmp_path, capsys):
     gpu_only = table_for(cfg, tmp_path, device="cuda", name="gpu.json")
     junk = tmp_path / "junk.json"
     junk.write_text("{}")
+    torn = tmp_path / "torn.json"
+    torn.write_text(json.dumps({"format": FORMAT, "tables": {"cpu/torch-0": {"device": "cpu", "ms": {}}}}))
     search = ["search", "run", "--supernet", str(tiny["run"]), "--out", str(tmp_path / "out"), *SMALL]
     for extra, needle in [
         (["--latency-table", str(other_size), "--max-latency-ms", "50"], "was measured at size 'tiny-test'"),
@@ -112,6 +114,7 @@ def test_latency_refusals(tiny, tmp_path, capsys):
         (["--max-latency-ms", "50"], "--max-latency-ms needs --latency-table"),
         (["--pareto"], "--pareto needs --latency-table"),
         (["--latency-table", str(junk)], "is not a latency table"),
+        (["--latency-table", str(torn)], "its cpu entry lacks batch, device, ms, seq, shape, size, torch"),
         (["--latency-table", str(tmp_path / "none.json"), "--max-latency-ms", "9"], "latency table not found"),
     ]:
         one_error(capsys, main([*search, *extra]), needle)

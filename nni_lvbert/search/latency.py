@@ -1,9 +1,9 @@
 """Latency on the user's own device: a table of per-layer-type forward times, and the search's latency budget.
 
 `lvbert search latency-table --size small --device cpu --batch 1 --seq 128 --out T.json` times, in inference mode
-(bf16 on a GPU), the forward of the embeddings, of one layer of each type (dc, sa, ff, glu) and of the MLM head on a
-(batch, seq) input: warm-up calls, then the median of repeats, the parts' calls taken in turn so that a change of
-load hits all of them alike. A model's latency is predicted as embedding + the sum of its slots' layers (HAT, Wang
+(bf16 on a GPU), the forward of the embeddings, of a layer of each type (dc, sa, ff, glu: a chain of CHAIN distinct
+layers, divided) and of the MLM head on a (batch, seq) input: warm-up calls, then the median of repeats, the parts'
+calls taken in turn so that a change of load hits all of them alike. A model's latency is predicted as embedding + the sum of its slots' layers (HAT, Wang
 et al. 2020): the backbone a classifier or `AutoModel` runs (the MLM head is in the table, not in the budget).
 
 T.json holds one table per device type and torch version (`tables["cpu/torch-2.13.0"]`); writing adds or replaces
@@ -24,6 +24,7 @@ FORMAT = "lvbert-latency-table"
 LATENCY_FIELDS = ("hidden_size", "embedding_size", "ff_size", "num_heads", "conv_kernel", "conv_head_size",
                   "glu_activation", "glu_bias", "glu_ff_size")
 CHAIN = 4  # layers per timed chain
+TABLE_KEYS = {"device", "torch", "size", "shape", "batch", "seq", "ms"}  # what the search reads of a table
 
 
 def table_key(device_type: str, torch_version: str) -> str:
@@ -150,10 +151,12 @@ def load_table(path, device_type: str) -> dict:
     tables = _read(path)["tables"]
     mine = [k for k in tables if k.split("/")[0] == device_type]
     key = table_key(device_type, torch.__version__)
-    if key in tables:
-        return tables[key]
-    if len(mine) == 1:
-        return tables[mine[0]]
+    if key in tables or len(mine) == 1:
+        table = tables[key if key in tables else mine[0]]
+        if not isinstance(table, dict) or not TABLE_KEYS <= set(table) or not isinstance(table["ms"], dict):
+            raise UserError(f"latency table {path}: its {device_type} entry lacks {', '.join(sorted(TABLE_KEYS))}; "
+                            f"measure it again with `lvbert search latency-table --out {path}`")
+        return table
     if not mine:
         raise UserError(f"latency table {path} was measured on {', '.join(sorted(tables)) or 'nothing'}, not on "
                         f"{device_type}: measure it with `lvbert search latency-table --device {device_type} "
