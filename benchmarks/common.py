@@ -1,25 +1,14 @@
 """What the benchmarks share: round-robin timing and a seeded masked-LM batch."""
 from __future__ import annotations
 
-import statistics
-import time
-
 
 def interleaved_medians(fns: dict, repeats: int, warmup: int = 1, sync=None) -> dict:
     """Median seconds per call of each callable, their calls alternating round-robin (load changes on a shared
-    machine hit every side alike) after `warmup` rounds; `sync()` (e.g. torch.cuda.synchronize) around each call."""
-    times = {name: [] for name in fns}
-    for i in range(warmup + repeats):
-        for name, fn in fns.items():
-            if sync:
-                sync()
-            t = time.perf_counter()
-            fn()
-            if sync:
-                sync()
-            if i >= warmup:
-                times[name].append(time.perf_counter() - t)
-    return {name: statistics.median(v) for name, v in times.items()}
+    machine hit every side alike) after `warmup` rounds; `sync()` (e.g. torch.cuda.synchronize) around each call.
+    The package's own timer (`lvbert search latency-table` uses it), in seconds."""
+    from nni_lvbert.search.latency import median_ms
+
+    return {name: ms / 1e3 for name, ms in median_ms(fns, repeats, warmup, sync).items()}
 
 
 def masked_batch(vocab: int, batch: int, seq: int, gen=None, min_len: int | None = None, device=None):

@@ -2,11 +2,14 @@
 
     lvbert export --supernet runs/quickstart/supernet --arch runs/quickstart/search/best_arch.json --out runs/quickstart/model
     lvbert export --supernet runs/quickstart/iot --out runs/quickstart/model-iot     # an IOT run: its most used order by default
+    lvbert export --supernet runs/quickstart/supernet --arch best_arch.json --out M --onnx   # + M/model.onnx
+    lvbert export --model runs/quickstart/pretrain/hf --onnx     # model.onnx into an existing LV-BERT directory
 
 The subnet inherits the supernet's weights exactly: NNI's `ModelSpace.freeze(arch)` keeps the chosen layers'
 modules, and `nni_lvbert.hf.save_hf_model` writes them as `LVBertForMaskedLM` (+ tokenizer + bundled code). The
 directory loads with `AutoModelForMaskedLM.from_pretrained(DIR)` after `import nni_lvbert`, or anywhere with
-`trust_remote_code=True`.
+`trust_remote_code=True`. `--onnx` also writes `model.onnx` into it (`nni_lvbert.hf.exporting`: dynamic batch and
+sequence length; needs onnx and onnxscript, and onnxruntime for the check of its outputs against PyTorch's).
 """
 from __future__ import annotations
 
@@ -20,13 +23,19 @@ def register(sub) -> None:
 
     p = sub.add_parser("export", help="a subnet of a supernet/IOT run -> Hugging Face model directory "
                                       "(config.json, model.safetensors, tokenizer, code)")
-    p.add_argument("--supernet", required=True, metavar="RUN",
+    p.add_argument("--supernet", default=None, metavar="RUN",
                    help="a finished `lvbert supernet train` (or `lvbert iot train`) run directory")
     p.add_argument("--arch", default=None,
                    help="compact string (ccsf...), digits, name, NNI dict JSON or best_arch.json; for an IOT run "
                         "one of its orders (default: its most used order)")
-    p.add_argument("--out", required=True, metavar="DIR", help="model directory to write")
+    p.add_argument("--out", default=None, metavar="DIR", help="model directory to write (with --supernet)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    p.add_argument("--onnx", action="store_true",
+                   help="also write model.onnx into the model directory (torch.onnx dynamo exporter, dynamic batch "
+                        "and sequence; needs onnx, onnxscript, and onnxruntime to check it)")
+    p.add_argument("--model", default=None, metavar="DIR",
+                   help="instead of --supernet: an existing LV-BERT model directory (lvbert pretrain/finetune "
+                        "output) to write model.onnx into (with --onnx)")
     add_json_arg(p)
     p.set_defaults(func=run)
 
@@ -80,4 +89,24 @@ def export_subnet(run_path, arch_text: str | None, out, overwrite: bool = False)
 
 
 def run(args) -> dict:
-    return export_subnet(args.supernet, args.arch, args.out, args.overwrite)
+    if args.model is not None:
+        if args.supernet or args.arch or args.out:
+            raise UserError("--model converts an existing model directory: drop --supernet/--arch/--out")
+        if not args.onnx:
+            raise UserError("--model DIR needs --onnx (the directory is already a Hugging Face model)")
+        from .hf.exporting import write_onnx
+
+        return {"model": args.model, **write_onnx(args.model)}
+    if args.supernet is None or args.out is None:
+        raise UserError("give --supernet RUN and --out DIR (or --model DIR --onnx)")
+    if args.onnx:
+        from .hf.exporting import check_onnx_packages
+
+        check_onnx_packages()  # before writing anything
+    summary = export_subnet(args.supernet, args.arch, args.out, args.overwrite)
+    if args.onnx:
+        from .hf.exporting import write_onnx
+
+        summary.update(write_onnx(summary["out"]))
+        summary["files"] = sorted(p.name for p in Path(summary["out"]).iterdir())
+    return summary

@@ -45,6 +45,9 @@ class PipelineOptions(DataOptions):
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
     rerank: int = 0  # two-stage search (lvbert search run --rerank)
     rerank_steps: int = 300
+    max_latency_ms: float | None = None  # the search's latency budget (search/latency.py)
+    latency_table: str | None = None
+    pareto: bool = False
     devices: str = "1"
     accelerator: str = "auto"
     compile: str | None = None  # torch.compile backend for the supernet and --objective (pre-training) trainings
@@ -80,6 +83,9 @@ def register(sub) -> None:
                    help="pre-training steps (default: the size's preset)")
     add_evolution_args(p)
     add_rerank_args(p)
+    from .search.latency import add_latency_args
+
+    add_latency_args(p.add_argument_group("search under a latency budget"))
     p.add_argument("--devices", default=d.devices, help="devices for supernet training and --objective (DDP when > 1)")
     p.add_argument("--accelerator", default=d.accelerator, help=f"cpu | gpu | auto (default {d.accelerator})")
     add_compile_arg(p)
@@ -126,6 +132,7 @@ def run(opts: PipelineOptions) -> dict:
     opts = out.begin(opts)
     opts.evolution.validate()
     _check_pretrain(opts)
+    _check_latency(opts)
     if opts.compile:
         from .training import check_compile_backend
 
@@ -144,7 +151,8 @@ def run(opts: PipelineOptions) -> dict:
                      lambda resume: run_search(SearchOptions(
                          supernet=str(supernet_dir), strategies=list(opts.strategies), seed=opts.seed,
                          evolution=opts.evolution, out=str(search_dir), resume=resume, overwrite=not resume,
-                         rerank=opts.rerank, rerank_steps=opts.rerank_steps, progress=opts.progress),
+                         rerank=opts.rerank, rerank_steps=opts.rerank_steps, max_latency_ms=opts.max_latency_ms,
+                         latency_table=opts.latency_table, pareto=opts.pareto, progress=opts.progress),
                          resume_command=f"lvbert run --out {opts.out} --resume"),
                      done="best_arch.json", marker="search.json")
         summary = {
@@ -154,6 +162,8 @@ def run(opts: PipelineOptions) -> dict:
             "supernet_val_mlm_acc": supernet_meta.get("final_val_mlm_acc"),
             "plot": str(search_dir / "search_curve.png"),
         }
+        if opts.pareto:
+            summary["pareto"] = str(search_dir / "pareto.png")
         clock.save()
         if opts.objective:
             summary.update(pretrain_stage(opts, out, best["compact"]))
@@ -197,6 +207,17 @@ def stage(title: str, run, resume: bool, what: str, work, done: str = META, mark
         print(f"{title}: {'resuming' if resume else 'running'} {what} -> {run.path}", file=sys.stderr, flush=True)
         work(resume)
     return run.read_json(done)
+
+
+def _check_latency(opts: PipelineOptions) -> None:
+    """A latency table for another size or device, or a budget no order meets, is refused before the supernet trains
+    (the search checks it again against the trained supernet)."""
+    from .config import load_size, load_space
+    from .search.latency import LatencySearch
+    from .search.scorer import resolve_device
+
+    LatencySearch.from_options(opts.max_latency_ms, opts.latency_table, opts.pareto, load_size(opts.size),
+                               load_space(opts.space), resolve_device("auto").type)
 
 
 def _check_pretrain(opts: PipelineOptions) -> None:

@@ -401,8 +401,12 @@ def test_trust_remote_code_without_nni_lvbert(saved):
             f"print(len(pipeline('fill-mask', model={str(saved / 'model')!r}, trust_remote_code=True)"
             "('the history of the [MASK] is long.')))\n"
             "try:\n    import nni_lvbert\nexcept ImportError:\n    print('blocked')\n")
-    out = _python(block + check + fill, saved, HF_MODULES_CACHE=str(saved / "modules")).split()
-    assert out[0].startswith("transformers_modules.") and out[1:] == ["LVBertConfig", "5", "blocked"]
+    # the bundled code exports too (#32: it stopped at a data-dependent guard on the padding)
+    export = ("kw = dict(input_ids=ref['ids'], attention_mask=ref['mask'])\n"
+              "ep = torch.export.export(model.eval(), (), kw, strict=False)\n"
+              "print(bool(torch.equal(ep.module()(**kw).logits, model(**kw).logits)))\n")
+    out = _python(block + check + fill + export, saved, HF_MODULES_CACHE=str(saved / "modules")).split()
+    assert out[0].startswith("transformers_modules.") and out[1:] == ["LVBertConfig", "5", "blocked", "True"]
 
 
 @pytest.mark.parametrize("arch", ["csfgcsfg", "sfsf"])

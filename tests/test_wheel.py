@@ -167,3 +167,60 @@ def test_installed_cli_scores_a_supernet(installed):
     expected = SupernetScorer(run_dir, val_tokens=1024, batch_size=64, prefix_cache=False, device="cpu")
     assert result["arch"] == "csfgcs"
     assert result["mlm_acc"] == pytest.approx(expected.score("csfgcs"), abs=1e-6)
+
+
+TRAIN = """
+import sys
+sys.modules["nni_lvbert"] = None  # a transformers user: the directory's own code (trust_remote_code)
+import torch
+from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer,
+                          TrainingArguments)
+src, out = sys.argv[1], sys.argv[2]
+tok = AutoTokenizer.from_pretrained(src)
+model = AutoModelForSequenceClassification.from_pretrained(src, num_labels=2, trust_remote_code=True)
+before = model.classifier.weight.detach().clone()
+texts = ["the war ended in peace", "a long history of the city", "the river is long", "peace and war"] * 4
+rows = [{**tok(t), "labels": i % 2} for i, t in enumerate(texts)]
+args = TrainingArguments(out + "-work", max_steps=4, per_device_train_batch_size=4, learning_rate=1e-3, report_to=[],
+                         use_cpu=True, save_strategy="no", disable_tqdm=True, seed=0)
+trainer = Trainer(model=model, args=args, train_dataset=rows, data_collator=DataCollatorWithPadding(tok))
+trainer.train()
+trainer.save_model(out)
+tok.save_pretrained(out)
+model.eval()
+with torch.no_grad():
+    probs = model(**tok(["the war ended", "a river"], return_tensors="pt", padding=True)).logits.softmax(-1)
+print(json.dumps({"steps": trainer.state.global_step, "moved": float((model.classifier.weight - before).abs().max()),
+                  "probs": probs.tolist()}))
+""".replace("import torch", "import json, torch", 1)
+
+PIPELINE = """
+import json, sys
+sys.modules["nni_lvbert"] = None
+from transformers import pipeline
+clf = pipeline("text-classification", model=sys.argv[1], trust_remote_code=True, top_k=None)
+print(json.dumps(clf(["the war ended", "a river"])))
+"""
+
+
+def test_the_hf_extra_trains_with_transformers_trainer(installed):
+    """`pip install 'nni-lvbert[hf]'` brings accelerate, which transformers' Trainer needs: a saved tiny directory is
+    fine-tuned by Trainer in the venv, saved, and reloaded by `pipeline("text-classification")` in a fresh process,
+    which gives the trained model's probabilities."""
+    from tests.conftest import tiny_model_dir
+
+    meta = next(n for n in zipfile.ZipFile(installed["wheel"]).namelist() if n.endswith(".dist-info/METADATA"))
+    requires = zipfile.ZipFile(installed["wheel"]).read(meta).decode()
+    assert 'Provides-Extra: hf' in requires and 'Requires-Dist: accelerate>=1.1.0; extra == "hf"' in requires
+
+    root = installed["root"] / "trainer"
+    root.mkdir()
+    source, out = tiny_model_dir(root), root / "classifier"
+    env = {**installed["env"], "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(root / "modules")}
+    trained = json.loads(_ok(_run([installed["python"], "-c", TRAIN, source, out], root, env)).splitlines()[-1])
+    assert trained["steps"] == 4 and trained["moved"] > 0
+    assert (out / "modeling_lvbert.py").is_file() and (out / "model.safetensors").is_file()
+    scores = json.loads(_ok(_run([installed["python"], "-c", PIPELINE, out], root, env)).splitlines()[-1])
+    for text_scores, probs in zip(scores, trained["probs"]):
+        by_label = {s["label"]: s["score"] for s in text_scores}
+        assert by_label == pytest.approx({"LABEL_0": probs[0], "LABEL_1": probs[1]}, abs=1e-5)

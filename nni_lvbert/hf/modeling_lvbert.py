@@ -32,6 +32,7 @@ from transformers.modeling_outputs import (
 from transformers.utils import ModelOutput
 
 from ..layers import TokenRows, layer_maker
+from ..layers.rows import tracing
 from ..modeling import Embeddings, MLMHead
 from .configuration_lvbert import LVBertConfig
 
@@ -114,12 +115,16 @@ class LVBertModel(LVBertPreTrainedModel):
         rows = TokenRows.of(mask)  # padded batch: the layers run on its real tokens only (layers/rows.py)
         if rows is not None:
             x = rows.pack(x)
+        # traced (torch.export, ONNX): no packing; padding stays in place and is zeroed after each layer, as unpacked
+        padding = ~mask.unsqueeze(-1) if mask is not None and tracing() else None
         checkpoint = self.gradient_checkpointing and self.training
         for layer in self.slots():
             if checkpoint:
                 x = self._gradient_checkpointing_func(layer.__call__, x, mask, rows)
             else:
                 x = layer(x, mask, rows)
+            if padding is not None:
+                x = x.masked_fill(padding, 0.0)
             if states is not None:
                 states.append(x if rows is None else rows.unpack(x))
         last = x if rows is None else states[-1] if states else rows.unpack(x)

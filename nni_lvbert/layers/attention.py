@@ -7,14 +7,14 @@ from torch import nn
 
 from ..config import ModelConfig
 from .dropout import Dropout, dropout, fast_path
-from .rows import TokenRows, to_rows, to_seq
+from .rows import TokenRows, to_rows, to_seq, tracing
 
 
 def sdpa_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
     """(batch, seq) bool, True = real token  ->  (batch, 1, 1, seq) keys mask for SDPA, or None if nothing is padded."""
     if mask is None:
         return None
-    if not torch.compiler.is_compiling() and bool(mask.all()):  # a host sync (and a graph break when compiled)
+    if not tracing() and bool(mask.all()):  # a host sync (and a graph break when compiled)
         return None  # lets SDPA pick its fast kernels
     return mask[:, None, None, :]
 

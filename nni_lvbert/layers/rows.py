@@ -8,10 +8,21 @@ back to (batch, seq, ...) with zeros at padding, which is also what keeps paddin
 
 With no padding in a batch (pre-training packs its sequences full) `TokenRows.of` returns None and the layers run on
 (batch, seq, hidden) as before: `to_seq` / `to_rows` are then the identity.
+
+Packing needs the number of real tokens, a data-dependent shape, and `of` asks the device whether anything is padded.
+Neither can be traced: while torch.export (and so torch.onnx's dynamo exporter), torch.compile or a jit trace runs
+the forward (`tracing()`), `of` returns None and padded batches run on (batch, seq, hidden) with their mask; the model
+then zeroes the padded positions after each layer, which is what unpacking leaves there (hf.LVBertModel).
 """
 from __future__ import annotations
 
 import torch
+
+
+def tracing() -> bool:
+    """True while torch.export / torch.onnx (dynamo), torch.compile or torch.jit trace the forward: no host syncs and
+    no data-dependent shapes then (the eager fast paths that need them are skipped)."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
 class TokenRows:
@@ -24,8 +35,8 @@ class TokenRows:
 
     @staticmethod
     def of(mask: torch.Tensor | None) -> "TokenRows | None":
-        """The rows of `mask`, or None when nothing is padded (no packing needed)."""
-        if mask is None or bool(mask.all()):
+        """The rows of `mask`, or None when nothing is padded (no packing needed) or the forward is being traced."""
+        if mask is None or tracing() or bool(mask.all()):
             return None
         return TokenRows(mask)
 

@@ -1,4 +1,4 @@
-"""`lvbert search`: run | score | space-json | nnictl | export."""
+"""`lvbert search`: run | score | space-json | nnictl | latency-table | export."""
 from __future__ import annotations
 
 import json
@@ -59,6 +59,9 @@ def register(sub) -> None:
     c.add_argument("--max-params", type=int, default=None, help="max backbone parameters at the supernet's size")
     c.add_argument("--max-flops", type=int, default=None, help="max backbone FLOPs per max_length sequence")
     add_rerank_args(r)
+    from .latency import add_latency_args
+
+    add_latency_args(c)
     s = r.add_argument_group("scoring")
     s.add_argument("--val-tokens", type=int, default=d.val_tokens,
                    help=f"validation tokens per candidate (default {d.val_tokens})")
@@ -127,8 +130,23 @@ def register(sub) -> None:
     for name in ("population", "iterations", "topk", "crossover", "mutation", "max-params", "max-flops"):
         n.add_argument(f"--{name}", type=int, default=None, help="override the config's tuner argument")
     n.add_argument("--mutation-prob", type=float, default=None, help="override the config's tuner argument")
+    add_latency_args(n, pareto=False)
     add_json_arg(n)
     n.set_defaults(func=nnictl_cmd)
+
+    lt = ssub.add_parser("latency-table", help="per-layer-type forward latency on this device -> JSON table for "
+                                               "--max-latency-ms")
+    lt.add_argument("--size", default="small", help="model size (sizes.yaml; default small)")
+    lt.add_argument("--device", default="cpu", help="cpu | cuda[:N] (bf16 on a GPU; default cpu)")
+    lt.add_argument("--batch", type=int, default=1, help="sequences per forward (default 1)")
+    lt.add_argument("--seq", type=int, default=128, help="tokens per sequence (default 128)")
+    lt.add_argument("--repeats", type=int, default=50, help="timed calls per part; the median is kept (default 50)")
+    lt.add_argument("--warmup", type=int, default=10, help="untimed calls per part first (default 10)")
+    lt.add_argument("--threads", type=int, default=None, help="torch threads on the CPU (default: torch's choice)")
+    lt.add_argument("--out", default=None, metavar="T.json",
+                    help="add the table to this file (one table per device type and torch version)")
+    add_json_arg(lt)
+    lt.set_defaults(func=latency_table_cmd)
 
     e = ssub.add_parser("export", help="best trial of an nnictl experiment -> best_arch.json")
     e.add_argument("--experiment", default=None, help="experiment ID (nnictl experiment list --all)")
@@ -209,3 +227,9 @@ def export_cmd(args) -> dict:
     if not args.experiment and not args.experiment_dir:
         raise UserError("give --experiment ID or --experiment-dir DIR")
     return export(args)
+
+
+def latency_table_cmd(args) -> dict:
+    from .latency import table_cli
+
+    return table_cli(args)

@@ -95,7 +95,7 @@ def derived_config(config: Path, supernet: Path, overrides: dict, workdir: Path 
     class_args = {k: v for k, v in overrides.items() if v is not None}
     if class_args:
         tuner.setdefault("classArgs", {}).update(class_args)
-        if ("max_params" in class_args or "max_flops" in class_args):
+        if {"max_params", "max_flops", "max_latency_ms"} & set(class_args):
             tuner["classArgs"]["supernet"] = str(supernet.resolve())
     data["tuner"] = tuner
     return data
@@ -109,7 +109,12 @@ def create(args) -> dict:
 
     _check_port(args.port)
     supernet = Path(args.supernet)
-    spec = supernet_dir(supernet).spec  # missing / unfinished supernet -> one line
+    run = supernet_dir(supernet)  # missing / unfinished supernet -> one line
+    spec = run.spec
+    latency_device = "cuda" if args.trial_gpus else "cpu"  # where the trials score
+    from .latency import LatencySearch
+
+    LatencySearch.from_options(args.max_latency_ms, args.latency_table, False, run.cfg, spec, latency_device)
     config = Path(args.config)
     if args.trial_gpus is not None and args.trial_gpus < 0:
         raise UserError(f"--trial-gpus must be >= 0, got {args.trial_gpus}")
@@ -118,6 +123,9 @@ def create(args) -> dict:
                  "population": args.population, "iterations": args.iterations, "topk": args.topk,
                  "crossover": args.crossover, "mutation": args.mutation, "mutation_prob": args.mutation_prob,
                  "seed": args.seed, "max_params": args.max_params, "max_flops": args.max_flops,
+                 "max_latency_ms": args.max_latency_ms,
+                 "latency_table": str(Path(args.latency_table).resolve()) if args.latency_table else None,
+                 "latency_device": latency_device if args.latency_table else None,
                  "trial_args": " ".join(a for a in (f"--val-tokens {args.val_tokens}" if args.val_tokens else "",
                                                     f"--threads {args.trial_threads}" if args.trial_threads else "")
                                         if a) or None}

@@ -42,6 +42,9 @@ class SearchOptions:
     max_flops: int | None = None
     rerank: int = 0  # two-stage search: re-rank the K best distinct orders by stand-alone pre-training (0: off)
     rerank_steps: int = 300  # its stand-alone MLM steps per order
+    max_latency_ms: float | None = None  # with latency_table (search/latency.py)
+    latency_table: str | None = None
+    pareto: bool = False
     val_tokens: int = VAL_TOKENS
     batch_size: int = 64
     data: str | None = None
@@ -68,14 +71,15 @@ def _check_space(spec, expected: str | None, run_dir) -> None:
                         f"{'/'.join(want.candidates)})")
 
 
-def settings_of(opts: SearchOptions, scorer) -> dict:
+def settings_of(opts: SearchOptions, scorer, latency=None) -> dict:
     return {
         "supernet": str(Path(opts.supernet).resolve()),
         "space": scorer.spec.to_dict(),
         "seed": opts.seed,
         "evolution": opts.evolution.to_dict(),
         "budget": opts.evolution.budget,
-        "constraints": {"max_params": opts.max_params, "max_flops": opts.max_flops},
+        "constraints": {"max_params": opts.max_params, "max_flops": opts.max_flops,
+                        **(latency.settings() if latency else {})},
         "val_tokens": opts.val_tokens,
         "batch_size": opts.batch_size,
         "data": scorer.val_stats["data"],
@@ -119,7 +123,13 @@ def run_search(opts: SearchOptions, log=None, resume_command: str | None = None)
     _check_space(scorer.spec, opts.space, supernet)
     cost = CostModel(scorer.cfg, scorer.spec)
     accept = cost.constraint(opts.max_params, opts.max_flops)  # raises when a bound is impossible
-    settings = settings_of(opts, scorer)
+    from .latency import LatencySearch, both, write_pareto
+    from .scorer import resolve_device
+
+    latency = LatencySearch.from_options(opts.max_latency_ms, opts.latency_table, opts.pareto, scorer.cfg,
+                                         scorer.spec, resolve_device(opts.device).type)
+    accept = both(accept, latency and latency.accept)
+    settings = settings_of(opts, scorer, latency)
 
     # everything checked: only now touch the output directory
     if opts.resume:
@@ -144,7 +154,7 @@ def run_search(opts: SearchOptions, log=None, resume_command: str | None = None)
     reranked = None
     try:
         for name in opts.strategies:
-            summary[name] = _run_one(name, opts, scorer, cost, accept, history, bar, out)
+            summary[name] = _run_one(name, opts, scorer, cost, accept, history, bar, out, latency)
         bar.close()
         if opts.rerank:
             from .rerank import rerank
@@ -168,6 +178,11 @@ def run_search(opts: SearchOptions, log=None, resume_command: str | None = None)
     best_name = max(summary, key=lambda n: (summary[n]["score"], -opts.strategies.index(n)))
     best = summary[best_name]
     result = _best_arch(best, best_name, opts, scorer, cost, summary, reranked)
+    if latency:
+        result["constraints"].update(latency.summary(scorer.parse(result["compact"])))
+    if opts.pareto:
+        result["pareto"] = str(out / "pareto.json")
+        write_pareto(history.records, out, opts.max_latency_ms)
     _plot(history.records, opts.strategies, out / PLOT, opts.evolution)
     run.write_json(SETTINGS, {"settings": settings, "strategies": opts.strategies, "summary": summary,
                               "scorer": scorer.stats()})
@@ -175,7 +190,8 @@ def run_search(opts: SearchOptions, log=None, resume_command: str | None = None)
     return result
 
 
-def _run_one(name: str, opts: SearchOptions, scorer, cost, accept, history: History, bar, out: Path) -> dict:
+def _run_one(name: str, opts: SearchOptions, scorer, cost, accept, history: History, bar, out: Path,
+             latency=None) -> dict:
     from .strategy import SupernetEvaluator, make_strategy, run_strategy
 
     cfg = opts.evolution
@@ -200,7 +216,8 @@ def _run_one(name: str, opts: SearchOptions, scorer, cost, accept, history: Hist
             iteration = strategy.iteration if hasattr(strategy, "iteration") else cfg.iteration_of(i)
             history.append({"strategy": name, "index": i, "iteration": iteration, "arch": compact,
                             "arch_dict": arch.dict, "score": value, "backbone_params": cost.params(arch),
-                            "backbone_flops": cost.flops(arch), "cached": cached,
+                            "backbone_flops": cost.flops(arch), **(latency.record(arch) if latency else {}),
+                            "cached": cached,
                             "seconds": round(time.perf_counter() - t0, 4)})
         if state["best"] is None or value > state["best"][1]:
             state["best"] = (compact, value)
@@ -210,7 +227,8 @@ def _run_one(name: str, opts: SearchOptions, scorer, cost, accept, history: Hist
 
     run_strategy(scorer.space, strategy, SupernetEvaluator(score), cfg.budget, (out / "nni").resolve())
     if state["best"] is None:
-        raise UserError("no candidate satisfies the constraints (--max-params/--max-flops): nothing was evaluated")
+        raise UserError("no candidate satisfies the constraints (--max-params/--max-flops/--max-latency-ms): nothing "
+                        "was evaluated")
     bar.update(cfg.budget - state["index"])  # strategies that stop early (exhausted space) still fill the bar
     records = history.by_strategy(name)
     best = max(records, key=lambda r: (r["score"], -r["index"]))

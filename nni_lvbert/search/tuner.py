@@ -20,7 +20,8 @@ The same `algorithm.Algorithm1` as the in-process strategy; this class only adap
 The dispatcher calls the tuner from two threads (results and trial ends are separate queues): one lock.
 
 classArgs: population, iterations, topk, crossover, mutation, mutation_prob, seed, and optionally max_params /
-max_flops with `supernet` (a run directory; only its space.yaml and model_config.json are read).
+max_flops / max_latency_ms (with latency_table, latency_device: search/latency.py) with `supernet` (a run directory;
+only its space.yaml and model_config.json are read).
 """
 from __future__ import annotations
 
@@ -42,17 +43,20 @@ _D = EvolutionConfig()  # Algorithm 1's defaults, defined once (algorithm.Evolut
 _logger = logging.getLogger(__name__)
 
 
-def _constraint(supernet, max_params, max_flops):
-    if max_params is None and max_flops is None:
+def _constraint(supernet, max_params, max_flops, max_latency_ms=None, latency_table=None, latency_device="cpu"):
+    if max_params is None and max_flops is None and max_latency_ms is None:
         return None
     from ..errors import UserError
     from ..supernet.rundir import supernet_dir
     from .cost import CostModel
+    from .latency import LatencySearch, both
 
     if not supernet:
-        raise UserError("max_params / max_flops need the `supernet` class argument (a run directory)")
+        raise UserError("max_params / max_flops / max_latency_ms need the `supernet` class argument (a run directory)")
     run = supernet_dir(supernet)
     accept = CostModel(run.cfg, run.spec).constraint(max_params, max_flops)
+    latency = LatencySearch.from_options(max_latency_ms, latency_table, False, run.cfg, run.spec, latency_device)
+    accept = both(accept, latency and latency.accept)
     return lambda params: accept(Arch.from_dict(params))  # NNI's dict -> Arch
 
 
@@ -68,14 +72,15 @@ class LVBertEvolutionTuner(Tuner):
     def __init__(self, population: int = _D.population, iterations: int = _D.iterations, topk: int = _D.topk,
                  crossover: int = _D.crossover, mutation: int = _D.mutation, mutation_prob: float = _D.mutation_prob,
                  seed: int = 0, optimize_mode: str = "maximize",
-                 max_params: int | None = None, max_flops: int | None = None, supernet: str | None = None):
+                 max_params: int | None = None, max_flops: int | None = None, supernet: str | None = None,
+                 max_latency_ms: float | None = None, latency_table: str | None = None, latency_device: str = "cpu"):
         if optimize_mode != "maximize":
             raise ValueError("LVBertEvolutionTuner maximises the MLM accuracy; optimize_mode must be 'maximize'")
         self.config = EvolutionConfig(population=population, iterations=iterations, topk=topk, crossover=crossover,
                                       mutation=mutation, mutation_prob=mutation_prob)
         self.config.validate()
         self.seed = seed
-        self.accept = _constraint(supernet, max_params, max_flops)
+        self.accept = _constraint(supernet, max_params, max_flops, max_latency_ms, latency_table, latency_device)
         self.algorithm: Algorithm1 | None = None
         self.running: dict[int, dict] = {}  # parameter id -> arch
         self.owed: deque[int] = deque()  # parameter ids requested while the algorithm had nothing to hand out
