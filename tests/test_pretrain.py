@@ -101,6 +101,28 @@ def test_mlm_run_with_type_sharing(tmp_path, cache_dir):
         close(hf(*args).logits[real], model.mlm(*args).logits[real])
 
 
+def test_an_interrupted_run_resumes_after_it_moved_and_its_model_config_file_is_gone(tiny, tmp_path):
+    """A model store's run resumes after the store moved and took its --model-config file along: a resumed run
+    reads its own model_config.json when the file it was started with is gone."""
+    import shutil
+
+    config = tmp_path / "shape.json"
+    config.write_text(json.dumps({"hidden_size": 32, "embedding_size": 32, "ff_size": 64, "num_heads": 2,
+                                  "max_length": 32}))
+    first = tmp_path / "a" / "run"
+    assert main(["pretrain", "--arch", "csfs", "--size", "tiny", "--objective", "mlm", "--data",
+                 str(tiny["data"].path), "--model-config", str(config), "--max-steps", "4", "--batch-size", "8",
+                 "--val-every", "4", "--val-batches", "1", "--ckpt-every", "2", "--warmup-steps", "1",
+                 "--no-progress", "--out", str(first)]) == 0
+    (first / "meta.json").unlink()  # as if killed after its last checkpoint
+    moved = tmp_path / "b" / "run"
+    shutil.move(str(first.parent), str(moved.parent))
+    config.unlink()
+    assert main(["pretrain", "--out", str(moved), "--resume", "--no-progress"]) == 0
+    assert json.loads((moved / "meta.json").read_text())["steps"] == 4
+    assert json.loads((moved / "model_config.json").read_text())["hidden_size"] == 32
+
+
 def close(got, ref):
     """Equal up to float rounding: packed real tokens may go through other matmul blockings than the padded batch."""
     torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-6)

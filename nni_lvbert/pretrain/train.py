@@ -85,6 +85,9 @@ def model_shape(opts: PretrainOptions):
         overrides["sharing"] = opts.sharing
     if opts.model_config is None:
         return load_size(opts.size, **overrides)
+    own = Path(opts.out) / "model_config.json"
+    if opts.resume and not Path(opts.model_config).is_file() and own.is_file():
+        return ModelConfig.from_dict(read_json(own, "run model config"))  # the file moved or went: the run's copy
     values = read_json(Path(opts.model_config), "--model-config file")
     try:
         return ModelConfig.from_dict({**values, **{k: v for k, v in overrides.items() if v is not None}})

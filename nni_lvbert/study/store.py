@@ -134,6 +134,11 @@ def store_lock(path: Path, wait: bool = True):
 def _train(spec: Standalone, path: Path, store: Path, progress: bool, resume: bool) -> None:
     from ..pretrain.train import PretrainOptions, train_pretrain
 
+    accelerator = "cpu" if _cpu_only() else "auto"
+    if resume:  # everything else from the run directory: a store that moved, or another machine's, resumes too
+        train_pretrain(PretrainOptions(out=str(path), resume=True, progress=progress, accelerator=accelerator,
+                                       model_summary=False, given=["progress", "accelerator", "model_summary"]))
+        return
     config = store / f".{spec.dirname()}.model_config.json"
     write_json(config, spec.model_config)
     b = spec.budget
@@ -141,8 +146,8 @@ def _train(spec: Standalone, path: Path, store: Path, progress: bool, resume: bo
         out=str(path), arch=spec.arch, size=spec.size, model_config=str(config), objective=spec.objective,
         data=spec.data, data_seed=spec.data_seed, seed=spec.seed, lr=b.lr, warmup_steps=b.warmup_steps,
         max_steps=b.steps, batch_size=b.batch_size, dropout=b.dropout, val_every=b.steps, val_batches=4,
-        ckpt_every=max(1, min(250, b.steps // 4)), progress=progress, resume=resume,
-        overwrite=not resume and path.exists(), accelerator="cpu" if _cpu_only() else "auto",
+        ckpt_every=max(1, min(250, b.steps // 4)), progress=progress, resume=False,
+        overwrite=path.exists(), accelerator=accelerator,
         model_summary=False)  # a table per model would drown the study's log
     train_pretrain(opts)
 
