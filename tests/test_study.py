@@ -69,6 +69,27 @@ def test_a_model_being_trained_by_another_study_is_waited_for_not_trained_twice(
     thread.join()
 
 
+def test_an_interrupted_model_resumes_in_a_store_that_moved(tiny, tmp_path):
+    """A model store moved (or copied to another machine) resumes its interrupted models from their run directories
+    alone: no path the store had when they started is needed."""
+    import shutil
+
+    from nni_lvbert.study.common import Budget
+    from nni_lvbert.study.store import Standalone, train_all
+    from tests.conftest import tiny_config
+
+    spec = Standalone(arch="csfs", objective="mlm", size="tiny", budget=Budget(4, 1e-3, 1, 8),
+                      model_config=tiny_config(vocab_size=tiny["data"].vocab_size).to_dict(),
+                      data=str(tiny["data"].path), seed=0, data_seed=0)
+    first = tmp_path / "a"
+    [run] = train_all([("m", spec)], first, progress=False)
+    (run / "meta.json").unlink()  # as if killed after its last checkpoint
+    shutil.move(str(first), str(tmp_path / "b"))
+    [moved] = train_all([("m", spec)], tmp_path / "b", progress=False)
+    meta = json.loads((moved / "meta.json").read_text())
+    assert moved.parent == tmp_path / "b" and meta["steps"] == 4 and meta["run_dir"] == str(moved)
+
+
 def test_two_studies_on_one_store_split_the_models_between_them(tmp_path, monkeypatch):
     import threading
     import time

@@ -137,7 +137,7 @@ def _train(spec: Standalone, path: Path, store: Path, progress: bool, resume: bo
     accelerator = "cpu" if _cpu_only() else "auto"
     if resume:  # everything else from the run directory: a store that moved, or another machine's, resumes too
         train_pretrain(PretrainOptions(out=str(path), resume=True, progress=progress, accelerator=accelerator,
-                                       model_summary=False, given=["progress", "accelerator", "model_summary"]))
+                                       model_summary=False, given=["out", "progress", "accelerator", "model_summary"]))
         return
     config = store / f".{spec.dirname()}.model_config.json"
     write_json(config, spec.model_config)
