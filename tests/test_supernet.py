@@ -195,14 +195,17 @@ def test_resume_after_kill9_replays_the_uninterrupted_run(tmp_path, trained, tra
 
 
 @pytest.mark.slow
-def test_ddp_two_cpu_ranks_train_same_paths(tmp_path, space_file, cache_dir):
+@pytest.mark.parametrize("sampling", ["spos", "fair"])
+def test_ddp_two_cpu_ranks_train_same_paths(tmp_path, space_file, cache_dir, sampling):
+    """Both ranks train the same path(s) each step (fair: the same 4 permutation paths, every parameter used) and
+    end with the same weights."""
     run = tmp_path / "ddp"
-    args = train_args(run, space_file, cache_dir, 4, "--accelerator", "cpu", "--devices", "2")
+    args = train_args(run, space_file, cache_dir, 4, "--accelerator", "cpu", "--devices", "2", "--sampling", sampling)
     res = subprocess.run(_cli(*args), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stderr[-3000:]
     r0 = json.loads((run / "ranks" / "rank0.json").read_text())
     r1 = json.loads((run / "ranks" / "rank1.json").read_text())
-    assert r0["paths"] == r1["paths"] and len(r0["paths"]) == 4
+    assert r0["paths"] == r1["paths"] and len(r0["paths"]) == 4 * (4 if sampling == "fair" else 1)
     assert r0["weights_sha256"] == r1["weights_sha256"]
     from nni_lvbert.supernet.rundir import load_supernet
     from nni_lvbert.trainer import state_digest
