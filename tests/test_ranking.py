@@ -220,3 +220,25 @@ def test_orders_of_a_study_include_baselines_and_the_searched_order(tmp_path):
     specs = standalone_specs(orders[:2], [0, 1], size="tiny", cfg={}, budget=None, data="d", data_seed=0)
     assert [(s.arch, s.seed) for _, s in specs] == [(orders[0][0].compact, 0), (orders[1][0].compact, 0),
                                                     (orders[0][0].compact, 1), (orders[1][0].compact, 1)]
+
+
+def test_report_of_a_one_seed_study_with_an_undefined_tau(tmp_path, monkeypatch):
+    """One seed (the early answer from the seed-0 models): no noise ceiling, no seed spread; a ranker whose scores
+    are all equal reads 'n/a (...)' in the table and the plot titles, never 'undefined n/a'."""
+    from nni_lvbert.study import ranking
+
+    titles = []
+    monkeypatch.setattr(ranking, "save_figure", lambda fig, path, **kw: titles.extend(ax.get_title() for ax in fig.axes))
+    rows = [{"arch": a, "role": r, "ground_truth": g, "seeds": [g], "seed_std": None, "se": 0.01, "flat": 0.1}
+            for a, r, g in (("ss", "bert", 0.2), ("cc", "dynamicconv", 0.3), ("sc", "uniform random", 0.25))]
+    table = [{"ranker": "flat", "kind": "zc", "core_minutes": 0.01, "kendall_tau": None, "kendall_tau_ci95": None,
+              "spearman_rho": None, "spearman_rho_ci95": None, "undefined": "constant scores on one side",
+              "kendall_tau_mixed": None, "top5_overlap": 1.0, "regret": 0.1, "pick": "ss", "pick_rank": 3}]
+    result = {"orders": 3, "seeds": [0], "supernet": "s", "size": "tiny", "rank_by": "acc", "mixed_orders": 1,
+              "budget": {"steps": 1, "batch_size": 1, "lr": 1e-3, "warmup_steps": 0}, "noise_ceiling": None,
+              "seed_std_median": None, "validation": {"masked_tokens": 10, "masking": "full"}, "rankers": table,
+              "rows": rows}
+    ranking._report(result, tmp_path)
+    md = (tmp_path / "ranking.md").read_text()
+    assert "n/a (one seed)" in md and "| flat | 0.0 | n/a n/a |" not in md and "undefined" not in md
+    assert "flat: τ n/a (constant scores on one side)" in titles

@@ -232,12 +232,19 @@ def _num(v, digits: int = 3) -> str:
     return "n/a" if v is None else f"{v:.{digits}f}"
 
 
+def _tau_cell(t: dict) -> str:
+    if t["kendall_tau"] is None:
+        return f"n/a ({t.get('undefined') or 'all scores equal'})"
+    return f"{_num(t['kendall_tau'])} {_ci(t['kendall_tau_ci95'])}"
+
+
 def _report(result: dict, out: Path) -> None:
     b, ceiling = result["budget"], result["noise_ceiling"]
     ceiling_text = (f"{ceiling['kendall_tau']:.3f} (halves of {ceiling['halves'][0]} and {ceiling['halves'][1]} "
                     f"seeds; {ceiling['splits']} splits, {ceiling['min']:.3f} to {ceiling['max']:.3f})"
                     if ceiling else "n/a (one seed)")
-    md = [f"# Rankers against stand-alone training ({result['orders']} orders, {len(result['seeds'])} seeds)\n",
+    seeds = len(result["seeds"])
+    md = [f"# Rankers against stand-alone training ({result['orders']} orders, {seeds} seed{'s' * (seeds > 1)})\n",
           f"Reference supernet `{result['supernet']}` (size {result['size']}). Ground truth: MLM from scratch, "
           f"{b['steps']} steps, batch {b['batch_size']}, lr {b['lr']:g}, warm-up {b['warmup_steps']}, seeds "
           f"{', '.join(map(str, result['seeds']))}; scored by {result['rank_by']} on "
@@ -249,7 +256,7 @@ def _report(result: dict, out: Path) -> None:
           markdown_table(["ranker", "core-min", "Kendall tau [95 %]", "Spearman rho", "tau (mixed)", "top-5",
                           "regret", "pick (its rank)"],
                          [[t["ranker"], f"{t['core_minutes']:.1f}",
-                           f"{_num(t['kendall_tau'])} {_ci(t['kendall_tau_ci95'])}", _num(t["spearman_rho"]),
+                           _tau_cell(t), _num(t["spearman_rho"]),
                            _num(t["kendall_tau_mixed"]), f"{t['top5_overlap']:.1f}", _num(t["regret"], 4),
                            f"`{t['pick']}` ({t['pick_rank']})"] for t in result["rankers"]]),
           markdown_table(["order", "role", "ground truth", "seed std", *[t["ranker"] for t in result["rankers"]]],
