@@ -24,13 +24,18 @@ else
   SEARCH=() STUDY_ARGS=() SHORT=short:300
 fi
 
-# run DIR DONE_FILE COMMAND...: COMMAND --out DIR, with --resume when DIR holds an unfinished run, skipped when done
+# run DIR DONE_FILE COMMAND...: COMMAND --out DIR, with --resume when DIR holds an unfinished run, skipped when done.
+# A stage that trains one run holds DIR.lock meanwhile: a second copy of this script waits for it, then skips it.
 run() {
   local dir=$1 done=$2
   shift 2
-  if [ -f "$dir/$done" ]; then echo "done: $dir"; return; fi
-  if [ -d "$dir" ] && [ -n "$(ls -A "$dir")" ]; then "$LVBERT" "$@" --out "$dir" --resume --no-progress
+  mkdir -p "$(dirname "$dir")"
+  exec 9>"$dir.lock"
+  [ "$1" = study ] || flock 9  # the study splits its models between copies itself (a lock per model)
+  if [ -f "$dir/$done" ]; then echo "done: $dir"
+  elif [ -d "$dir" ] && [ -n "$(ls -A "$dir")" ]; then "$LVBERT" "$@" --out "$dir" --resume --no-progress
   else "$LVBERT" "$@" --out "$dir" --no-progress; fi
+  exec 9>&-
 }
 
 run "$R/supernet" meta.json supernet train --size tiny "${SUPER[@]}"
