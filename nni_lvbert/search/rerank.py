@@ -47,9 +47,11 @@ def budget_for(size: str, steps: int):
 
 def rerank(records: list[dict], k: int, steps: int, scorer, out: Path, seed: int, progress: bool, log) -> dict:
     """Stage 2 over the history `records`; returns rerank.json's content (its `pick` is the chosen order)."""
+    import torch
+
     from ..atomic import write_json
     from ..safeio import read_json
-    from ..study.rankers import core_minutes, standalone_metrics
+    from ..study.rankers import core_minutes, run_meta, standalone_metrics
     from ..study.store import Standalone, mlm_model, train_all
     from .scorer import load_val_batches
 
@@ -75,11 +77,9 @@ def rerank(records: list[dict], k: int, steps: int, scorer, out: Path, seed: int
             batches, _ = load_val_batches(data, 10**9, 64, scorer.cfg.pad_token_id, masking="full")
         t0 = time.perf_counter()
         m = standalone_metrics(mlm_model(run), batches)
-        import torch
-
         score_minutes = (time.perf_counter() - t0) * torch.get_num_threads() / 60
         known[r["arch"]] = {"arch": r["arch"], "inherited": r["score"], **m, "run": run.name,
-                            "core_minutes": core_minutes(read_json(run / "meta.json")) + score_minutes}
+                            "core_minutes": core_minutes(run_meta(run)) + score_minutes}
         write_json(path, {"candidates": list(known.values())})
     candidates = [known[r["arch"]] for r in top]
     pick = max(candidates, key=lambda c: (c["mlm_acc"], c["inherited"]))

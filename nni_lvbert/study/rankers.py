@@ -103,7 +103,7 @@ def short_scores(ranker: Ranker, archs, spec_of, store: Path, batches, rank_by: 
     paths = train_all(specs, store, progress)
     start = time.perf_counter()
     metrics = {a.compact: standalone_metrics(mlm_model(p), batches) for a, p in zip(archs, paths)}
-    train = sum(core_minutes(_meta(p)) for p in paths)
+    train = sum(core_minutes(run_meta(p)) for p in paths)
     return {"scores": {a: _score(m, rank_by) for a, m in metrics.items()}, "metrics": metrics,
             "steps": int(ranker.arg), "runs": [str(p) for p in paths], "train_core_minutes": train,
             "core_minutes": train + _scoring_minutes(time.perf_counter() - start)}
@@ -127,7 +127,8 @@ def _score(metrics: dict, rank_by: str) -> float:
     return metrics["mlm_acc"] if rank_by == "acc" else -metrics["mlm_loss"]
 
 
-def _meta(path: Path) -> dict:
+def run_meta(path: Path) -> dict:
+    """A finished run directory's meta.json."""
     from ..safeio import read_json
 
     return read_json(path / "meta.json", "run meta")

@@ -184,7 +184,7 @@ def _mixed(arch: Arch) -> bool:
 def _score_truth(out: Path, paths: list[Path], batches, rank_by: str) -> dict:
     """{model dir name: metrics + score + training core-minutes}, computed once per model (kept in
     ground_truth.json as they come, so a killed study does not score a model twice)."""
-    from .rankers import _meta, core_minutes, standalone_metrics
+    from .rankers import core_minutes, run_meta, standalone_metrics
 
     known = read_json(out / TRUTH)["models"] if (out / TRUTH).is_file() else {}
     for i, path in enumerate(paths):
@@ -193,7 +193,7 @@ def _score_truth(out: Path, paths: list[Path], batches, rank_by: str) -> dict:
         log(f"[{i + 1}/{len(paths)}] scoring {path.name} on {len(batches)} validation batches")
         m = standalone_metrics(mlm_model(path), batches)
         known[path.name] = {**m, "score": m["mlm_acc"] if rank_by == "acc" else -m["mlm_loss"],
-                            "core_minutes": core_minutes(_meta(path))}
+                            "core_minutes": core_minutes(run_meta(path))}
         write_json(out / TRUTH, {"models": known})
     return known
 
