@@ -72,13 +72,16 @@ def study_orders(spec, num_archs: int, seed: int, searched: str | None = None, b
     return list(chosen.items())
 
 
-def standalone_specs(orders: list[tuple[Arch, str]], seeds, *, size: str, cfg: dict, budget, data: str,
-                     data_seed: int) -> list[tuple[str, Standalone]]:
-    """The ground truth's stand-alone MLM trainings, seed-major (every order's first seed before any second seed:
-    an interrupted study has a whole one-seed ranking first)."""
-    return [(f"stand-alone MLM training of {arch.compact} ({role}, seed {seed})",
-             Standalone(arch=arch.compact, objective="mlm", size=size, model_config=cfg, budget=budget,
-                        data=data, seed=seed, data_seed=data_seed))
+def standalone_spec(arch: Arch, seed: int, *, size: str, cfg: dict, budget, data: str, data_seed: int) -> Standalone:
+    """One stand-alone MLM training of the study (its model-store key)."""
+    return Standalone(arch=arch.compact, objective="mlm", size=size, model_config=cfg, budget=budget, data=data,
+                      seed=seed, data_seed=data_seed)
+
+
+def standalone_specs(orders: list[tuple[Arch, str]], seeds, **common) -> list[tuple[str, Standalone]]:
+    """The ground truth's stand-alone MLM trainings (`standalone_spec`'s keywords), seed-major: every order's first
+    seed before any second seed, so an interrupted study has a whole one-seed ranking first."""
+    return [(f"stand-alone MLM training of {arch.compact} ({role}, seed {seed})", standalone_spec(arch, seed, **common))
             for seed in seeds for arch, role in orders]
 
 
@@ -123,15 +126,14 @@ def run_ranking(opts: RankingOptions) -> dict:
     size = ref.meta.get("size")  # the supernet's training preset; its shape comes from model_config.json
     size = size if size in size_names() else ref.spec.size
 
+    common = dict(size=size, cfg=ref.cfg.to_dict(), data=data, data_seed=opts.data_seed)
+
     def spec_of(arch: Arch, seed: int, b=budget) -> Standalone:
-        return Standalone(arch=arch.compact, objective="mlm", size=size, model_config=ref.cfg.to_dict(), budget=b,
-                          data=data, seed=seed, data_seed=opts.data_seed)
+        return standalone_spec(arch, seed, budget=b, **common)
 
     seeds = list(range(opts.seed, opts.seed + k))
-    specs = standalone_specs(orders, seeds, size=size, cfg=ref.cfg.to_dict(), budget=budget, data=data,
-                             data_seed=opts.data_seed)
-    paths = train_all(specs, opts.store(), opts.progress)
-    truth = _score_truth(out, [p for p in paths], ref.batches, opts.rank_by)
+    paths = train_all(standalone_specs(orders, seeds, budget=budget, **common), opts.store(), opts.progress)
+    truth = _score_truth(out, paths, ref.batches, opts.rank_by)
     per_seed = np.array([[truth[p.name]["score"] for p in paths[i::len(orders)]] for i in range(len(orders))])
     gt = per_seed.mean(1)
 
