@@ -220,6 +220,22 @@ def common_meta(run: RunDir, opts: TrainOptions, result: FitResult, data) -> dic
     }
 
 
+def core_minutes(meta: dict) -> float:
+    """A training run's cost from its meta.json (`common_meta`): seconds x CPU threads (x ranks) / 60; on an
+    accelerator, device-minutes x ranks."""
+    scale = meta.get("world_size") or 1
+    if meta.get("device_type", "cpu") == "cpu":
+        scale *= meta.get("cpu_threads") or 1
+    return meta["train_seconds"] * scale / 60
+
+
+def scoring_minutes(seconds: float) -> float:
+    """Core-minutes of `seconds` of this process's work (x its torch threads)."""
+    import torch
+
+    return seconds * torch.get_num_threads() / 60
+
+
 def apply_tuner_parameters(opts, allowed: dict, what: str) -> dict:
     """As an nnictl trial, the tuner's parameters (e.g. {"lr": 0.002}) override the command-line options.
 

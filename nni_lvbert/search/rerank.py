@@ -47,24 +47,20 @@ def budget_for(size: str, steps: int):
 
 def rerank(records: list[dict], k: int, steps: int, scorer, out: Path, seed: int, progress: bool, log) -> dict:
     """Stage 2 over the history `records`; returns rerank.json's content (its `pick` is the chosen order)."""
-    import torch
-
     from ..atomic import write_json
+    from ..rundir import RunDir
     from ..safeio import read_json
-    from ..study.rankers import core_minutes, run_meta, standalone_metrics
-    from ..study.store import Standalone, mlm_model, train_all
-    from .scorer import load_val_batches
+    from ..study.common import ALL_TOKENS
+    from ..study.store import preset_size, standalone_metrics, standalone_spec, train_all, validation_batches
+    from ..training import core_minutes, scoring_minutes
 
-    from ..config import size_names
-
-    size = scorer.meta.get("size")  # the supernet's training preset (its shape is model_config.json's)
-    size = size if size in size_names() else scorer.spec.size
+    size = preset_size(scorer)
     budget = budget_for(size, steps)
     data = scorer.val_stats["data"]
     top = top_distinct(records, k)
     specs = [(f"re-rank {i + 1}/{len(top)}: {r['arch']} ({steps} stand-alone steps)",
-              Standalone(arch=r["arch"], objective="mlm", size=size, model_config=scorer.cfg.to_dict(), budget=budget,
-                         data=data, seed=seed, data_seed=0)) for i, r in enumerate(top)]
+              standalone_spec(r["arch"], seed, size=size, cfg=scorer.cfg.to_dict(), budget=budget, data=data,
+                              data_seed=0)) for i, r in enumerate(top)]
     log(f"re-ranking the {len(top)} best distinct orders by {steps} steps of stand-alone pre-training")
     paths = train_all(specs, out / STORE, progress)
     path = out / RERANK
@@ -74,12 +70,12 @@ def rerank(records: list[dict], k: int, steps: int, scorer, out: Path, seed: int
         if r["arch"] in known and known[r["arch"]]["run"] == run.name:
             continue
         if batches is None:
-            batches, _ = load_val_batches(data, 10**9, 64, scorer.cfg.pad_token_id, masking="full")
+            batches, _ = validation_batches(data, scorer.cfg, ALL_TOKENS, masking="full")
         t0 = time.perf_counter()
-        m = standalone_metrics(mlm_model(run), batches)
-        score_minutes = (time.perf_counter() - t0) * torch.get_num_threads() / 60
+        m = standalone_metrics(run, batches)
         known[r["arch"]] = {"arch": r["arch"], "inherited": r["score"], **m, "run": run.name,
-                            "core_minutes": core_minutes(run_meta(run)) + score_minutes}
+                            "core_minutes": core_minutes(RunDir(run, "pretrain").meta)
+                            + scoring_minutes(time.perf_counter() - t0)}
         write_json(path, {"candidates": list(known.values())})
     candidates = [known[r["arch"]] for r in top]
     pick = max(candidates, key=lambda c: (c["mlm_acc"], c["inherited"]))

@@ -251,12 +251,14 @@ class SupernetScorer:
     """MLM accuracy of architectures with inherited supernet weights.
 
     `supernet` is a run directory or a loaded `Supernet`; `data` overrides the prepared data directory recorded
-    in the run's meta.json. `device`: see `resolve_device`; cached prefixes live there too.
+    in the run's meta.json. `device`: see `resolve_device`; cached prefixes live there too. `val` reuses another
+    scorer's (batches, val_stats) on the same data (a few-shot split's sub-supernets), checked against this run's
+    tokenizer instead of read again.
     """
 
     def __init__(self, supernet, *, val_tokens: int = VAL_TOKENS, batch_size: int = BATCH_SIZE, data=None,
                  prefix_cache: bool = True, cache_mb: int = 1024, keep: int = 10, device: str | None = "auto",
-                 masking: str = "fixed", data_seed: int = 0):
+                 masking: str = "fixed", data_seed: int = 0, val: tuple[list[ValBatch], dict] | None = None):
         from ..supernet.rundir import load_supernet
 
         if isinstance(supernet, (str, Path)):
@@ -272,10 +274,15 @@ class SupernetScorer:
         data = data or (meta.get("data") or {}).get("path")
         if not data:
             raise UserError("the supernet's meta.json records no prepared data directory; pass --data")
-        pad = cfg.pad_token_id
-        self.batches, self.val_stats = load_val_batches(data, val_tokens, batch_size, pad, cfg.vocab_size,
-                                                        cfg.max_position, run_dir=self.run_dir, device=self.device,
-                                                        masking=masking, data_seed=data_seed)
+        if val is not None:
+            from ..rundir import RunDir
+
+            RunDir(self.run_dir, "supernet").check_data_tokenizer(Path(val[1]["data"]))
+            self.batches, self.val_stats = val
+        else:
+            self.batches, self.val_stats = load_val_batches(
+                data, val_tokens, batch_size, cfg.pad_token_id, cfg.vocab_size, cfg.max_position,
+                run_dir=self.run_dir, device=self.device, masking=masking, data_seed=data_seed)
         self.prefix_cache = prefix_cache
         self.cache = PrefixCache(int(cache_mb * 2**20), keep if prefix_cache else 0)
         self.scores: dict[Arch, float] = {}
@@ -354,9 +361,11 @@ class FewShotScorer:
         from ..supernet.fewshot import read_fewshot
 
         self.fewshot = read_fewshot(path)
-        self.subs = {choice: SupernetScorer(Path(path) / sub, **kwargs)
-                     for choice, sub in self.fewshot["owners"].items()}
-        first = next(iter(self.subs.values()))
+        owners = list(self.fewshot["owners"].items())
+        first = SupernetScorer(Path(path) / owners[0][1], **kwargs)  # the validation batches are read once
+        self.subs = {owners[0][0]: first, **{choice: SupernetScorer(Path(path) / sub, **kwargs,
+                                                                    val=(first.batches, first.val_stats))
+                                             for choice, sub in owners[1:]}}
         self.run_dir, self.slot = str(path), int(self.fewshot["label"][len("layer"):])
         self.spec, self.cfg, self.space, self.device = first.spec, first.cfg, first.space, first.device
         self.batches, self.val_stats = first.batches, first.val_stats

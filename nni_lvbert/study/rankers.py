@@ -13,12 +13,12 @@ scores cost in core-minutes (training included). Each is an option of an ordinar
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
+from ..training import core_minutes, scoring_minutes
 
 
 @dataclass(frozen=True)
@@ -63,21 +63,6 @@ def parse_rankers(items: list[str], supernet: str) -> list[Ranker]:
     return out
 
 
-def core_minutes(meta: dict) -> float:
-    """The training cost a run's meta.json records: seconds x CPU threads (x ranks) / 60; on an accelerator,
-    device-minutes x ranks."""
-    scale = meta.get("world_size") or 1
-    if meta.get("device_type", "cpu") == "cpu":
-        scale *= meta.get("cpu_threads") or 1
-    return meta["train_seconds"] * scale / 60
-
-
-def _scoring_minutes(seconds: float) -> float:
-    import torch
-
-    return seconds * torch.get_num_threads() / 60
-
-
 def supernet_scores(ranker: Ranker, archs, masking: str, data: str, data_seed: int, val_tokens: int,
                     rank_by: str) -> dict:
     """Inherited-weight scores from a supernet run or a few-shot directory (each order routed to its owner)."""
@@ -89,24 +74,25 @@ def supernet_scores(ranker: Ranker, archs, masking: str, data: str, data_seed: i
     metrics = {a.compact: scorer.metrics(a) for a in archs}
     fewshot = scorer.meta.get("fewshot")
     train = fewshot["core_minutes"] if fewshot else core_minutes(scorer.meta)
-    return {"scores": {a: _score(m, rank_by) for a, m in metrics.items()}, "metrics": metrics,
+    return {"scores": {a: rank_score(m, rank_by) for a, m in metrics.items()}, "metrics": metrics,
             "sampling": "few-shot " + fewshot["split"] if fewshot else scorer.meta.get("sampling", "spos"),
             "steps": scorer.meta.get("steps"), "train_core_minutes": train,
-            "core_minutes": train + _scoring_minutes(time.perf_counter() - start)}
+            "core_minutes": train + scoring_minutes(time.perf_counter() - start)}
 
 
 def short_scores(ranker: Ranker, archs, spec_of, store: Path, batches, rank_by: str, progress: bool) -> dict:
     """`spec_of(arch, budget_steps)` gives the arch's Standalone spec at N steps."""
-    from .store import mlm_model, train_all
+    from ..rundir import RunDir
+    from .store import standalone_metrics, train_all
 
     specs = [(f"{ranker.name}: {a.compact}", spec_of(a, int(ranker.arg))) for a in archs]
     paths = train_all(specs, store, progress)
     start = time.perf_counter()
-    metrics = {a.compact: standalone_metrics(mlm_model(p), batches) for a, p in zip(archs, paths)}
-    train = sum(core_minutes(run_meta(p)) for p in paths)
-    return {"scores": {a: _score(m, rank_by) for a, m in metrics.items()}, "metrics": metrics,
+    metrics = {a.compact: standalone_metrics(p, batches) for a, p in zip(archs, paths)}
+    train = sum(core_minutes(RunDir(p, "pretrain").meta) for p in paths)
+    return {"scores": {a: rank_score(m, rank_by) for a, m in metrics.items()}, "metrics": metrics,
             "steps": int(ranker.arg), "runs": [str(p) for p in paths], "train_core_minutes": train,
-            "core_minutes": train + _scoring_minutes(time.perf_counter() - start)}
+            "core_minutes": train + scoring_minutes(time.perf_counter() - start)}
 
 
 def zc_scores(ranker: Ranker, archs, cfg, batch, seed: int) -> dict:
@@ -114,25 +100,9 @@ def zc_scores(ranker: Ranker, archs, cfg, batch, seed: int) -> dict:
 
     start = time.perf_counter()
     scores = {a.compact: proxy_score(ranker.arg, cfg, a, batch, seed=seed) for a in archs}
-    return {"scores": scores, "proxy": ranker.arg, "core_minutes": _scoring_minutes(time.perf_counter() - start)}
+    return {"scores": scores, "proxy": ranker.arg, "core_minutes": scoring_minutes(time.perf_counter() - start)}
 
 
-def standalone_metrics(model, batches) -> dict:
-    from ..search.scorer import model_metrics
-
-    return model_metrics(model.to(batches[0].input_ids.device), batches)
-
-
-def _score(metrics: dict, rank_by: str) -> float:
+def rank_score(metrics: dict, rank_by: str) -> float:
+    """What a trained ranker and the ground truth rank by: accuracy, or minus the loss (larger is better)."""
     return metrics["mlm_acc"] if rank_by == "acc" else -metrics["mlm_loss"]
-
-
-def run_meta(path: Path) -> dict:
-    """A finished run directory's meta.json."""
-    from ..safeio import read_json
-
-    return read_json(path / "meta.json", "run meta")
-
-
-def as_record(ranker: Ranker) -> dict:
-    return dataclasses.asdict(ranker)

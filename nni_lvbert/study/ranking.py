@@ -21,10 +21,11 @@ from pathlib import Path
 from ..arch import NAMED_ARCHS, Arch
 from ..atomic import pyplot, save_figure, write_json, write_text
 from ..errors import UserError
+from ..rundir import RunDir
 from ..safeio import read_json
 from .common import StudyOptions, begin, log, shown_path, shown_stats, start
 from .stats import kendall, markdown_table, noise_ceiling, rank_correlations, regret, top_overlap
-from .store import Standalone, mlm_model, train_all
+from .store import Standalone, preset_size, standalone_metrics, standalone_spec, train_all
 
 ORDERS = "orders.json"
 TRUTH = "ground_truth.json"
@@ -72,12 +73,6 @@ def study_orders(spec, num_archs: int, seed: int, searched: str | None = None, b
     return list(chosen.items())
 
 
-def standalone_spec(arch: Arch, seed: int, *, size: str, cfg: dict, budget, data: str, data_seed: int) -> Standalone:
-    """One stand-alone MLM training of the study (its model-store key)."""
-    return Standalone(arch=arch.compact, objective="mlm", size=size, model_config=cfg, budget=budget, data=data,
-                      seed=seed, data_seed=data_seed)
-
-
 def standalone_specs(orders: list[tuple[Arch, str]], seeds, **common) -> list[tuple[str, Standalone]]:
     """The ground truth's stand-alone MLM trainings (`standalone_spec`'s keywords), seed-major: every order's first
     seed before any second seed, so an interrupted study has a whole one-seed ranking first."""
@@ -88,7 +83,6 @@ def standalone_specs(orders: list[tuple[Arch, str]], seeds, **common) -> list[tu
 def run_ranking(opts: RankingOptions) -> dict:
     import numpy as np
 
-    from ..config import size_names
     from ..search.scorer import SupernetScorer
     from .rankers import parse_rankers
 
@@ -123,8 +117,7 @@ def run_ranking(opts: RankingOptions) -> dict:
 
     # 2. the ground truth: every order x seed, stand-alone, scored on every validation token
     data = ref.val_stats["data"]
-    size = ref.meta.get("size")  # the supernet's training preset; its shape comes from model_config.json
-    size = size if size in size_names() else ref.spec.size
+    size = preset_size(ref)
 
     common = dict(size=size, cfg=ref.cfg.to_dict(), data=data, data_seed=opts.data_seed)
 
@@ -186,16 +179,17 @@ def _mixed(arch: Arch) -> bool:
 def _score_truth(out: Path, paths: list[Path], batches, rank_by: str) -> dict:
     """{model dir name: metrics + score + training core-minutes}, computed once per model (kept in
     ground_truth.json as they come, so a killed study does not score a model twice)."""
-    from .rankers import core_minutes, run_meta, standalone_metrics
+    from ..training import core_minutes
+    from .rankers import rank_score
 
     known = read_json(out / TRUTH)["models"] if (out / TRUTH).is_file() else {}
     for i, path in enumerate(paths):
         if path.name in known:
             continue
         log(f"[{i + 1}/{len(paths)}] scoring {path.name} on {len(batches)} validation batches")
-        m = standalone_metrics(mlm_model(path), batches)
-        known[path.name] = {**m, "score": m["mlm_acc"] if rank_by == "acc" else -m["mlm_loss"],
-                            "core_minutes": core_minutes(run_meta(path))}
+        m = standalone_metrics(path, batches)
+        known[path.name] = {**m, "score": rank_score(m, rank_by),
+                            "core_minutes": core_minutes(RunDir(path, "pretrain").meta)}
         write_json(out / TRUTH, {"models": known})
     return known
 

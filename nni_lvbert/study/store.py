@@ -183,8 +183,32 @@ def standalone_accuracy(run_path: Path, batches) -> float:
     return model_accuracy(mlm_model(run_path).to(batches[0].input_ids.device), batches)
 
 
-def validation_batches(data_path: str, cfg, val_tokens: int):
-    """The fixed-masked validation batches every compared model is scored on (the first `val_tokens` tokens)."""
+def standalone_metrics(run_path: Path, batches) -> dict:
+    """MLM accuracy and loss with standard errors of a stand-alone model (`search.scorer.model_metrics`)."""
+    from ..search.scorer import model_metrics
+
+    return model_metrics(mlm_model(run_path).to(batches[0].input_ids.device), batches)
+
+
+def validation_batches(data_path: str, cfg, val_tokens: int, masking: str = "fixed", data_seed: int = 0):
+    """The validation batches every compared model is scored on (the first `val_tokens` tokens; `masking` as
+    `search.scorer.load_val_batches`)."""
     from ..search.scorer import load_val_batches
 
-    return load_val_batches(data_path, val_tokens, 64, cfg.pad_token_id, cfg.vocab_size, cfg.max_position)
+    return load_val_batches(data_path, val_tokens, 64, cfg.pad_token_id, cfg.vocab_size, cfg.max_position,
+                            masking=masking, data_seed=data_seed)
+
+
+def preset_size(scorer) -> str:
+    """The training preset a supernet's stand-alone models are named by: the supernet's size when it is a preset
+    (its shape comes from model_config.json either way), else its space's."""
+    from ..config import size_names
+
+    size = scorer.meta.get("size")
+    return size if size in size_names() else scorer.spec.size
+
+
+def standalone_spec(arch, seed: int, *, size: str, cfg: dict, budget, data: str, data_seed: int) -> Standalone:
+    """One stand-alone MLM training (its model-store key) of an order (an Arch or compact letters)."""
+    return Standalone(arch=getattr(arch, "compact", arch), objective="mlm", size=size, model_config=cfg,
+                      budget=budget, data=data, seed=seed, data_seed=data_seed)

@@ -67,9 +67,9 @@ class SeededSamplingModule(RandomSamplingLightningModule):
         return self._choices
 
     def sample(self, step: int, stream: int) -> dict[str, Any]:
-        self.choices()
+        choices = self.choices()
         for attempt in range(self._sampling_patience):
-            path = {**sample_path(self._choices, self.seed, step, stream, attempt), **self.fixed}
+            path = {**sample_path(choices, self.seed, step, stream, attempt), **self.fixed}
             if self.filter is None or self.filter(path):
                 self._sampling_attempt = attempt + 1
                 return path
