@@ -115,20 +115,19 @@ def run_search(opts: SearchOptions, log=None, resume_command: str | None = None)
     if opts.threads:
         torch.set_num_threads(opts.threads)
     from .cost import CostModel
-    from .scorer import open_scorer
+    from .latency import LatencySearch, both, write_pareto
+    from .scorer import open_scorer, resolve_device, scored_shape
 
+    spec, cfg = scored_shape(supernet)  # the constraints are checked before weights and data are loaded
+    _check_space(spec, opts.space, supernet)
+    cost = CostModel(cfg, spec)
+    accept = cost.constraint(opts.max_params, opts.max_flops)  # raises when a bound is impossible
+    latency = LatencySearch.from_options(opts.max_latency_ms, opts.latency_table, opts.pareto, cfg, spec,
+                                         resolve_device(opts.device).type)
+    accept = both(accept, latency and latency.accept)
     scorer = open_scorer(supernet, val_tokens=opts.val_tokens, batch_size=opts.batch_size, data=opts.data,
                          prefix_cache=opts.prefix_cache, cache_mb=opts.cache_mb, keep=opts.evolution.topk,
                          device=opts.device)  # a one-shot supernet run, or a few-shot directory
-    _check_space(scorer.spec, opts.space, supernet)
-    cost = CostModel(scorer.cfg, scorer.spec)
-    accept = cost.constraint(opts.max_params, opts.max_flops)  # raises when a bound is impossible
-    from .latency import LatencySearch, both, write_pareto
-    from .scorer import resolve_device
-
-    latency = LatencySearch.from_options(opts.max_latency_ms, opts.latency_table, opts.pareto, scorer.cfg,
-                                         scorer.spec, resolve_device(opts.device).type)
-    accept = both(accept, latency and latency.accept)
     settings = settings_of(opts, scorer, latency)
 
     # everything checked: only now touch the output directory

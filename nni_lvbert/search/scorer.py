@@ -407,6 +407,18 @@ class FewShotScorer:
                 "steps": self.fewshot["total_steps"], "fewshot": self.fewshot}
 
 
+def scored_shape(supernet) -> tuple:
+    """(space spec, model config) of a supernet run or a few-shot directory, read without weights or data: what
+    the search checks its constraints against before it loads anything."""
+    from ..supernet.fewshot import is_fewshot, read_fewshot
+    from ..supernet.rundir import supernet_dir
+
+    if is_fewshot(supernet):
+        supernet = Path(supernet) / next(iter(read_fewshot(supernet)["owners"].values()))
+    run = supernet_dir(supernet)
+    return run.spec, run.cfg
+
+
 def open_scorer(supernet, **kwargs):
     """A `SupernetScorer` for a supernet run directory, a `FewShotScorer` for a few-shot directory."""
     from ..supernet.fewshot import is_fewshot
