@@ -12,7 +12,6 @@ like `--max-params`; the table must be for the supernet's model shape and for th
 """
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
@@ -132,14 +131,12 @@ def write_table(table: dict, out) -> dict:
 
 
 def _read(path: Path) -> dict:
-    try:
-        content = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"latency table not found: {path}") from None
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read latency table {path}: {e}") from None
-    if not isinstance(content, dict) or content.get("format") != FORMAT or not isinstance(content.get("tables"), dict):
-        raise UserError(f"{path} is not a latency table (write one with `lvbert search latency-table --out {path}`)")
+    from ..safeio import read_json
+
+    fix = f"write one with `lvbert search latency-table --out {path}`"
+    content = read_json(path, "latency table", fix)  # missing, damaged or not an object: one line
+    if content.get("format") != FORMAT or not isinstance(content.get("tables"), dict):
+        raise UserError(f"{path} is not a latency table ({fix})")
     return content
 
 
