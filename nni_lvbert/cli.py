@@ -81,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     armed = None
     try:
         armed = arm_stack_dumps()
+        if getattr(args, "print_config", False):  # the options as a --config file, nothing run
+            from .cliargs import config_yaml
+
+            print(config_yaml(args.options_cls, args))
+            return 0
         result = args.func(args)
         if isinstance(result, dict):  # a command's result (cliargs.print_result; empty on DDP ranks > 0)
             if result:

@@ -1,4 +1,16 @@
-"""Command-line options shared by the commands, with their defaults taken from the options dataclasses.
+"""Command-line flags generated from the options dataclasses, `--config`/`--print-config`, and result printing.
+
+A command with a run directory declares its options once, as dataclass fields made with `options.opt` (help, flag
+spelling, deprecated spelling); `add_options(parser, Options)` turns every such field into its flag, in the help
+section of the options group that declares it (`DataOptions`, `HardwareOptions`, `OutputOptions`, ...), and adds
+`--config FILE.yaml` (option values from a file; flags typed on the command line win) and `--print-config` (the
+options as such a file, then exit). `options_from_args` builds the dataclass back from the parsed flags.
+
+Why our own generator: transformers' `HfArgumentParser` gives every field two spellings (`--max_steps` and
+`--max-steps`) and booleans a value (`--sop [SOP]`, plus `--no_x`), and jsonargparse spells flags with
+underscores (`--max_steps`) and nests groups (`--hardware.devices`): either changes nearly every flag users type,
+and neither composes with the argparse subcommands, prefix matching and deprecated spellings the CLI keeps. This
+one reads the same kind of field metadata (help, aliases) as `HfArg` and stays plain argparse.
 
 One spelling per meaning: `--out` is every command's output directory (`--run-dir` is its old spelling),
 `--ddp-strategy` the Lightning strategy and `--search` the search strategies (both once spelled `--strategy`).
@@ -10,10 +22,12 @@ import argparse
 import dataclasses
 import json
 import sys
+import typing
+from dataclasses import dataclass
+from typing import Any
 
-from .training import DATA_SEED, VAL_FRACTION, TrainOptions
-
-_DEFAULTS = TrainOptions()
+from .errors import UserError
+from .options import flag_of, option_meta
 
 
 class DeprecatedAlias(argparse.Action):
@@ -31,73 +45,10 @@ class DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, self.store_const if self.store_const is not None else values)
 
 
-def add_out_arg(p, default: str, help_: str = "output directory") -> None:
+def add_out_arg(p, default: str, help_: str) -> None:
+    """--out of a command without an options class (`iot eval`): spelled as `OutputOptions.out`."""
     p.add_argument("--out", "--run-dir", dest="out", default=default, action=DeprecatedAlias, old="--run-dir",
                    new="--out", metavar="DIR", help=f"{help_} (default {default})")
-
-
-def add_data_args(p, scratch: str = "") -> None:
-    """Where the training text comes from: a prepared directory, or a corpus (+ tokenizer) prepared and cached."""
-    p.add_argument("--data", default=None, metavar="DIR", help="a prepared data directory (`lvbert data prepare`)")
-    p.add_argument("--corpus", nargs="+", default=None,
-                   help=f"{scratch}text/jsonl/parquet files, folder or glob, or a Hugging Face hub dataset "
-                        "NAME[:CONFIG] (hf:NAME forces the hub; online only) (default: embedded corpus)")
-    p.add_argument("--tokenizer", default=None, help=f"{scratch}existing tokenizer directory or vocab.txt "
-                                                     "(default: train one)")
-    p.add_argument("--cache-dir", default=None, help="data cache (default: $LVBERT_CACHE or ~/.cache/nni-lvbert)")
-    p.add_argument("--max-docs", type=int, default=None, help=f"{scratch}use only the first N documents (quick runs)")
-    p.add_argument("--val-fraction", type=float, default=VAL_FRACTION,
-                   help=f"{scratch}held-out share of documents (default {VAL_FRACTION})")
-    p.add_argument("--data-seed", type=int, default=DATA_SEED,
-                   help=f"seed of the fixed validation masking (default {DATA_SEED}; keep it to compare runs)")
-
-
-def add_training_args(t, title: str, dropout_help: str | None = None) -> None:
-    """Optimisation, hardware and resume options shared by the Lightning trainings (supernet, IOT, ...)."""
-    g = t.add_argument_group(title)
-    g.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the size's preset)")
-    g.add_argument("--warmup-steps", type=int, default=None, help="linear warm-up steps (default: the size's preset)")
-    g.add_argument("--max-steps", type=int, default=None, help="training steps (default: the size's preset)")
-    g.add_argument("--batch-size", type=int, default=None, help="global batch size (split over devices)")
-    g.add_argument("--dropout", type=float, default=None, help=dropout_help or "dropout (default: the size's preset)")
-    g.add_argument("--weight-decay", type=float, default=_DEFAULTS.weight_decay,
-                   help=f"AdamW weight decay, not on biases and LayerNorm (default {_DEFAULTS.weight_decay:g})")
-    g.add_argument("--val-every", type=int, default=None, help="validate every N steps")
-    g.add_argument("--val-batches", type=int, default=None, help="validation batches per check")
-    g.add_argument("--ckpt-every", type=int, default=None, help="write checkpoints/last.ckpt every N steps")
-    add_hardware_args(t)
-    add_resume_args(t, "continue from checkpoints/last.ckpt with the run directory's options")
-    t.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    add_json_arg(t)
-
-
-def add_hardware_args(t) -> None:
-    """Where a Lightning training runs (every training command: supernet, IOT, pretrain, finetune/glue)."""
-    h = t.add_argument_group("hardware (Lightning; may change when resuming)")
-    h.add_argument("--accelerator", default=_DEFAULTS.accelerator, help="cpu | gpu | auto")
-    h.add_argument("--devices", default=_DEFAULTS.devices, help="devices per node (DDP when > 1; the global batch "
-                                                                "is split over them)")
-    h.add_argument("--num-nodes", type=int, default=_DEFAULTS.num_nodes, help="nodes (torchrun / SLURM)")
-    h.add_argument("--ddp-strategy", "--strategy", dest="ddp_strategy", default=None, action=DeprecatedAlias,
-                   old="--strategy", new="--ddp-strategy",
-                   help="Lightning strategy (default ddp_find_unused_parameters_true with more than one device)")
-    h.add_argument("--precision", default=None, help="32-true | bf16-mixed (default bf16-mixed on GPU)")
-    h.add_argument("--num-workers", type=int, default=_DEFAULTS.num_workers,
-                   help=f"data-loader worker processes (default {_DEFAULTS.num_workers})")
-    add_compile_arg(h)
-
-
-def add_compile_arg(g) -> None:
-    g.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
-                   help="torch.compile for training (backend: inductor when not named); opt-in, for GPUs: "
-                        "pre-training compiles its whole objective (CUDA graphs on a GPU), other training each "
-                        "layer block")
-
-
-def add_resume_args(p, resume_help: str) -> None:
-    r = p.add_mutually_exclusive_group()
-    r.add_argument("--resume", action="store_true", help=resume_help)
-    r.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
 
 
 def add_json_arg(p) -> None:
@@ -128,24 +79,243 @@ def print_result(result: dict, as_json: bool) -> None:
         print(f"{key:<{width}}  {_shown(value)}")
 
 
+
+
+# --- flags from the options dataclasses ----------------------------------------------------------------------
+@dataclass
+class Option:
+    """One flag-bearing field of an options class (nested option groups flattened): `parent` names the field of
+    the nested group it belongs to (e.g. search's `evolution`), None at the top level."""
+
+    name: str
+    type: Any
+    default: Any
+    meta: dict
+    section: str | None
+    parent: str | None = None
+
+    @property
+    def base(self):
+        """The annotation without `| None`."""
+        args = [a for a in typing.get_args(self.type) if a is not type(None)]
+        if typing.get_origin(self.type) in (typing.Union, __import__("types").UnionType) and len(args) == 1:
+            return args[0]
+        return self.type
+
+    @property
+    def is_list(self) -> bool:
+        return typing.get_origin(self.base) is list
+
+
+def _default(f: dataclasses.Field):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+
+
+def _section(cls, name: str) -> str | None:
+    """The help section of option `name`: the GROUP of the most basic options class that declares it."""
+    for klass in reversed(cls.__mro__):
+        if name in getattr(klass, "__dataclass_fields__", {}) and "GROUP" in vars(klass):
+            return klass.GROUP
+    return None
+
+
+def options_of(cls, parent: str | None = None) -> list[Option]:
+    """Every field of `cls` that has a flag (see `options.opt`), nested option groups flattened."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        meta = option_meta(cls, f.name)
+        default = _default(f)
+        if dataclasses.is_dataclass(default):  # a nested options group (search's EvolutionConfig)
+            out += options_of(type(default), parent=f.name)
+        elif meta is not None:
+            section = (meta["group"] or None) if "group" in meta else _section(cls, f.name)
+            out.append(Option(f.name, hints[f.name], default, meta, section, parent))
+    return out
+
+
+def _shown_default(value) -> str:
+    return " ".join(map(str, value)) if isinstance(value, (list, tuple)) else f"{value:g}" if isinstance(
+        value, float) else str(value)
+
+
+def _help(o: Option) -> str:
+    text = o.meta["help"]
+    if o.default is None or isinstance(o.default, bool) or o.default in ("", []) or "default" in text:
+        return text
+    return f"{text} (default {_shown_default(o.default)})".replace("%", "%%").replace("%%%%", "%%")
+
+
+def add_options(p: argparse.ArgumentParser, cls, skip: tuple[str, ...] = (), defaults: dict | None = None) -> None:
+    """`cls`'s flags on parser `p` (one per option field, in its group's help section), `--config`,
+    `--print-config` and `--json`; `skip` leaves out options this command does not offer, `defaults` changes
+    some for this command (`lvbert glue`'s --out)."""
+    add_flags(p, cls, skip, defaults)
+    g = p.add_argument_group("options files")
+    g.add_argument("--config", default=None, metavar="FILE.yaml",
+                   help="option values from a YAML file (keys: the option names, as --print-config writes them); "
+                        "flags typed on the command line win")
+    g.add_argument("--print-config", action="store_true",
+                   help="print this command's options (defaults, --config and the flags given) as YAML and exit")
+    add_json_arg(p)
+    p.set_defaults(options_cls=cls)
+
+
+def add_flags(p, cls, skip: tuple[str, ...] = (), defaults: dict | None = None) -> None:
+    """Only the flags of `cls`'s options (`add_options` without the options-file flags)."""
+    sections: dict[str | None, Any] = {None: p}
+    exclusive: dict[str, Any] = {}
+    for o in options_of(cls):
+        if o.name in skip:
+            continue
+        if defaults and o.name in defaults:
+            o.default = defaults[o.name]
+        if o.section not in sections:
+            sections[o.section] = p.add_argument_group(o.section)
+        target = sections[o.section]
+        if o.meta.get("exclusive"):
+            if o.meta["exclusive"] not in exclusive:
+                exclusive[o.meta["exclusive"]] = target.add_mutually_exclusive_group()
+            target = exclusive[o.meta["exclusive"]]
+        _add(target, o)
+
+
+def _add(target, o: Option) -> None:
+    meta = o.meta
+    kwargs: dict[str, Any] = {"dest": o.name, "default": o.default, "help": _help(o)}
+    strings = [flag_of(o.name, meta, o.default)]
+    if o.base is bool:
+        kwargs["action"] = "store_false" if o.default else "store_true"
+    else:
+        if "type" in meta:
+            kwargs["type"] = meta["type"]
+        elif o.is_list:
+            kwargs["type"], kwargs["nargs"] = typing.get_args(o.base)[0], "+"
+        else:
+            kwargs["type"] = o.base
+        kwargs.update({k: meta[k] for k in ("metavar", "choices", "nargs", "const") if k in meta})
+    if meta.get("old"):
+        kwargs.update(action=DeprecatedAlias, old=meta["old"], new=strings[0])
+        strings.append(meta["old"])
+    target.add_argument(*strings, **kwargs)
+
+
+# --- parsed flags -> options ----------------------------------------------------------------------------------
+def options_from_args(cls, args, **extra):
+    """`cls` (an options dataclass) from parsed args: every option from its flag (or --config), nested option
+    groups rebuilt, plus `given` = the options set by the user, on the command line or in --config (what a resumed
+    run checks against its stored options)."""
+    given = set(getattr(args, "given", ()))
+    config = getattr(args, "config", None)
+    if config:
+        for name, value in read_config(cls, config).items():
+            if name not in given:
+                setattr(args, name, value)
+                given.add(name)
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {name: value for name, value in vars(args).items() if name in names and name != "given"}
+    nested = {}
+    for o in options_of(cls):
+        if o.parent is not None and hasattr(args, o.name):
+            nested.setdefault(o.parent, {})[o.name] = getattr(args, o.name)
+    for parent, fields_ in nested.items():
+        values[parent] = type(_default(cls.__dataclass_fields__[parent]))(**fields_)
+    values.update(extra)
+    if "given" in names:
+        flat = {o.name for o in options_of(cls)} | names
+        values["given"] = sorted(given & flat)
+    return cls(**values)
+
+
+def read_config(cls, path: str) -> dict:
+    """The options a --config YAML file sets, checked: one `error:` line for an unreadable file, an unknown key or a
+    value of the wrong type. Nested groups may be written nested (`evolution: {population: 8}`) or flat."""
+    import yaml
+
+    from .safeio import read_bytes
+
+    try:
+        data = yaml.safe_load(read_bytes(path, "--config file")) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"--config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"--config {path}: expected a mapping of option names to values, got {type(data).__name__}")
+    options = {o.name: o for o in options_of(cls)}
+    parents = {o.parent for o in options.values() if o.parent}
+    flat = {}
+    for key, value in data.items():
+        if key in parents and isinstance(value, dict):
+            flat.update(value)
+        else:
+            flat[key] = value
+    out = {}
+    for key, value in flat.items():
+        if key not in options:
+            import difflib
+
+            close = difflib.get_close_matches(str(key), options, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"options: {', '.join(sorted(options))}"
+            raise UserError(f"--config {path}: unknown option {key!r} ({hint})")
+        out[key] = _checked(options[key], value, path)
+    return out
+
+
+def _checked(o: Option, value, path: str):
+    """A --config value as its flag would have made it."""
+    bad = UserError(f"--config {path}: {o.name} must be {_type_name(o)}, got {value!r}")
+    if value is None:
+        return None
+    if o.is_list:
+        items = value if isinstance(value, list) else [value]
+        elem = typing.get_args(o.base)[0]
+        return [_scalar(elem, v, bad) for v in items]
+    if "type" in o.meta:  # a custom parser of the flag's text (e.g. a comma-separated list)
+        return o.meta["type"](value) if isinstance(value, str) else value
+    value = _scalar(o.base, value, bad)
+    if "choices" in o.meta and value not in o.meta["choices"]:
+        raise UserError(f"--config {path}: {o.name} must be one of {', '.join(map(str, o.meta['choices']))}, "
+                        f"got {value!r}")
+    return value
+
+
+def _scalar(kind, value, bad: UserError):
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if isinstance(value, bool) or isinstance(value, (dict, list)):
+        raise bad
+    if kind is float and isinstance(value, (int, float)):
+        return float(value)
+    if kind is int and isinstance(value, int):
+        return value
+    if kind is str:
+        return str(value)
+    raise bad
+
+
+def _type_name(o: Option) -> str:
+    base = typing.get_args(o.base)[0] if o.is_list else o.base
+    name = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(base, str(base))
+    return f"a list of {name.split(' ', 1)[-1]}s" if o.is_list else name
+
+
+def config_yaml(cls, args) -> str:
+    """The options a command would run with, as a --config file (`--print-config`)."""
+    import yaml
+
+    opts = options_from_args(cls, args)
+    out: dict = {}
+    for o in options_of(cls):
+        value = getattr(getattr(opts, o.parent), o.name) if o.parent else getattr(opts, o.name)
+        (out.setdefault(o.parent, {}) if o.parent else out)[o.name] = value
+    return yaml.safe_dump(out, sort_keys=False, allow_unicode=True).rstrip()
+
+
 def run_training(args, options_cls, train, summary) -> dict:
     """A training command: its options from the command line, the run, and `summary(meta)` as its result (nothing
     on a DDP rank > 0: rank 0 reports)."""
     meta = train(options_from_args(options_cls, args))
     return summary(meta) if meta else {}
-
-
-def options_from_args(cls, args, **extra):
-    """`cls` (an options dataclass) from parsed args: every field with a same-named argument, plus `given` = the
-    fields typed on the command line (what a resumed run checks against its stored options)."""
-    fields = {f.name for f in dataclasses.fields(cls)}
-    values, given = {}, []
-    for name, value in vars(args).items():
-        if name in fields and name != "given":
-            values[name] = value
-            if name in getattr(args, "given", ()):
-                given.append(name)
-    values.update(extra)
-    if "given" in fields:
-        values["given"] = sorted(given)
-    return cls(**values)

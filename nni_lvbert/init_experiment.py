@@ -100,7 +100,7 @@ def run(args) -> dict:
     return {
         "wrote": [str(p.relative_to(d)) for p in written],
         "supernet": str(Path(args.supernet).resolve()) if args.supernet else None,
-        "search_with_nnictl": f"lvbert search nnictl --supernet {supernet} --config {d / 'search.yml'}",
+        "search_with_nnictl": f"lvbert search nnictl --supernet {supernet} --experiment-config {d / 'search.yml'}",
         "or_by_hand": by_hand,
         "web_ui_on_localhost_only": f"NODE_OPTIONS=\"--require {(d / 'bind_localhost.js').resolve()}\" {by_hand}",
         "edited_space": f"lvbert supernet train --space {d / 'search_spaces' / 'lvbert.yaml'} ...",

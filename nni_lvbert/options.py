@@ -15,7 +15,8 @@ import argparse
 import dataclasses
 import json
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from .errors import UserError
 
@@ -29,9 +30,6 @@ MAY_CHANGE = frozenset({
     "accelerator", "devices", "num_nodes", "ddp_strategy", "precision", "num_workers", "compile",  # Lightning
     "device", "threads", "cache_dir", "cache_mb", "prefix_cache", "record_paths",  # scoring and data caches
 })
-# The flags whose spelling is not "--" + the field name with dashes (error messages name the flag a user typed).
-FLAGS = {"progress": "--no-progress", "prefix_cache": "--no-prefix-cache", "strategies": "--search",
-         "tasks": "--task"}
 
 
 def launcher_is_rank_zero() -> bool:
@@ -70,8 +68,49 @@ def given_dests(parser: argparse.ArgumentParser, args, argv: list[str]) -> set[s
 
 
 # --- options dataclasses ----------------------------------------------------------------------------------------
-def flag(name: str) -> str:
-    return FLAGS.get(name) or "--" + name.replace("_", "-")
+def opt(default: Any = dataclasses.MISSING, help: str = "", *, default_factory: Any = dataclasses.MISSING,
+        flag: str | None = None, old: str | None = None, metavar: str | None = None, choices=None,
+        nargs: str | None = None, const: Any = None, type: Any = None, exclusive: str | None = None,
+        group: str | None = None) -> Any:
+    """An option: a dataclass field whose metadata makes its command-line flag (`cliargs.add_options`).
+
+    The flag is `--` + the name with dashes (`flag` to spell it otherwise; a bool that defaults to True is
+    `--no-NAME`), its type and `nargs` come from the annotation (`T | None` -> T, `list[T]` -> one or more), and
+    its help ends with the default unless the help speaks of it. `old` is a deprecated spelling that still works
+    (with a note), `exclusive` names a set of options that exclude each other, `group` overrides the help section
+    (default: the `GROUP` of the options class that declares the field). Fields made with plain `field()` or a
+    bare default have no flag (`hpo`, `given`, ...); a subclass may re-declare a field with a bare default to
+    change only its default, keeping its base's flag and help."""
+    meta = {"help": help, "flag": flag, "old": old, "metavar": metavar, "choices": choices, "nargs": nargs,
+            "const": const, "type": type, "exclusive": exclusive, "group": group}
+    meta = {k: v for k, v in meta.items() if v is not None}
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=meta)
+
+
+def option_meta(cls, name: str) -> dict | None:
+    """The flag metadata of option `name` of `cls` (the most derived declaration that has one), None: no flag."""
+    for klass in (cls if isinstance(cls, type) else type(cls)).__mro__:
+        f = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if f is not None and "help" in f.metadata:
+            return dict(f.metadata)
+    return None
+
+
+def flag_of(name: str, meta: dict, default: Any) -> str:
+    """The flag of an option: its own spelling, `--no-NAME` for a bool defaulting to True, else `--NAME`."""
+    if meta.get("flag"):
+        return meta["flag"]
+    return ("--no-" if default is True else "--") + name.replace("_", "-")
+
+
+def flag(name: str, opts=None) -> str:
+    """The flag a user types for option `name` of `opts` (error messages name it)."""
+    meta = option_meta(opts, name) if opts is not None else None
+    if meta is None:
+        return "--" + name.replace("_", "-")
+    f = type(opts).__dataclass_fields__[name]
+    default = f.default if f.default is not dataclasses.MISSING else None
+    return flag_of(name, meta, default)
 
 
 def to_dict(opts) -> dict:
@@ -142,7 +181,7 @@ def resume_from(opts, stored: dict | None, where, *, always_current=("resume", "
         for field in sorted(given_fields_of_nested(opts, name)):
             a, b = getattr(mine, field), getattr(theirs, field)
             if a != b:
-                raise UserError(f"{flag(field)} {_show(a)} contradicts {where} ({field} {_show(b)}); "
+                raise UserError(f"{flag(field, mine)} {_show(a)} contradicts {where} ({field} {_show(b)}); "
                                 "drop the option to resume, or start again with --overwrite")
     updates = {}
     for name in sorted(given - set(always_current) - nested):
@@ -152,7 +191,7 @@ def resume_from(opts, stored: dict | None, where, *, always_current=("resume", "
         if name in MAY_CHANGE or _value(merged, name) == _value(saved, name):
             updates[name] = getattr(opts, name)
             continue
-        raise UserError(f"{flag(name)} {_show(getattr(opts, name))} contradicts {where} "
+        raise UserError(f"{flag(name, opts)} {_show(getattr(opts, name))} contradicts {where} "
                         f"({name} {_show(_value(saved, name))}); drop the option to resume, or start again with "
                         "--overwrite")
     updates.update({k: getattr(opts, k) for k in always_current if hasattr(opts, k)})
@@ -172,6 +211,20 @@ def given_fields_of_nested(opts, name: str) -> set[str]:
 
 def _show(v) -> str:
     return " ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+
+
+# --- the output group every command with a run directory has ------------------------------------------------------
+@dataclass
+class OutputOptions:
+    """Where a command writes (its run directory) and what a second session does with it."""
+
+    GROUP: ClassVar[str] = "output and resume"
+
+    out: str = opt("runs/run", "output directory", old="--run-dir", metavar="DIR")
+    resume: bool = opt(False, "continue the interrupted run in --out with the options it stored (finished parts are "
+                              "kept)", exclusive="resume")
+    overwrite: bool = opt(False, "replace a non-empty output directory", exclusive="resume")
+    progress: bool = opt(True, "no progress bars")
 
 
 # --- DDP ranks --------------------------------------------------------------------------------------------------

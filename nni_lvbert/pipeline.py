@@ -20,11 +20,10 @@ import time
 from dataclasses import dataclass, field
 
 from . import layout
-from .cliargs import DeprecatedAlias, add_compile_arg, add_data_args, add_json_arg, add_out_arg, add_resume_args
 from .errors import UserError
-from .options import launcher_is_rank_zero
+from .options import OutputOptions, launcher_is_rank_zero, opt
 from .rundir import CHECKPOINT, META
-from .search.algorithm import EvolutionConfig
+from .search.options import LatencyOptions, RerankOptions, StrategyOptions
 from .training import DataOptions
 
 KIND = "pipeline"
@@ -32,77 +31,40 @@ STAGE_ENV = "LVBERT_RUN_STAGE"  # set by rank 0 for the ranks it launches: the s
 
 
 @dataclass
-class PipelineOptions(DataOptions):
+class PipelineOptions(DataOptions, StrategyOptions, RerankOptions, LatencyOptions, OutputOptions):
     out: str = layout.RUN
-    space: str = "lvbert"
-    size: str = "tiny"
-    seed: int = 0
-    supernet_max_steps: int | None = None
-    val_every: int | None = None  # supernet validation period (None: the size's preset)
-    objective: str | None = None  # None: no pre-training stage; mlm | electra: pre-train the searched architecture
-    pretrain_max_steps: int | None = None
-    strategies: list[str] = field(default_factory=lambda: ["evolution"])
-    evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
-    rerank: int = 0  # two-stage search (lvbert search run --rerank)
-    rerank_steps: int = 300
-    max_latency_ms: float | None = None  # the search's latency budget (search/latency.py)
-    latency_table: str | None = None
-    pareto: bool = False
-    devices: str = "1"
-    accelerator: str = "auto"
-    compile: str | None = None  # torch.compile backend for the supernet and --objective (pre-training) trainings
-    resume: bool = False
-    overwrite: bool = False
-    progress: bool = True
+    space: str = opt("lvbert", "search-space name or YAML")
+    size: str = opt("tiny", "supernet size (tiny: minutes on 2 CPU cores)")
+    seed: int = opt(0, "seed of every stage: paths, batches, initialisation, search")
+    supernet_max_steps: int | None = opt(None, "supernet training steps (default: the size's preset)",
+                                         old="--supernet-steps")
+    val_every: int | None = opt(None, "validate the supernet every N steps (default: the size's preset; it always "
+                                      "validates at its last step)")
+    # None: no pre-training stage; mlm | electra: pre-train the searched architecture
+    objective: str | None = opt(None, "then pre-train the searched architecture at --size: mlm | electra (default: "
+                                      "no pre-training)", old="--pretrain", metavar="OBJECTIVE")
+    pretrain_max_steps: int | None = opt(None, "pre-training steps (default: the size's preset)",
+                                         old="--pretrain-steps")
+    devices: str = opt("1", "devices for supernet training and --objective (DDP when > 1)")
+    accelerator: str = opt("auto", "cpu | gpu | auto")
+    # torch.compile backend for the supernet and --objective (pre-training) trainings
+    compile: str | None = opt(None, "torch.compile for the supernet and --objective trainings (backend: inductor when "
+                                    "not named); opt-in, for GPUs", nargs="?", const="inductor", metavar="BACKEND")
     given: list[str] | None = field(default=None, compare=False)
 
 
 def register(sub) -> None:
-    from .search.cli import add_evolution_args, add_rerank_args, add_search_strategy_arg
+    from .cliargs import add_options
 
-    d = PipelineOptions()
     p = sub.add_parser("run", help="whole pipeline: data -> supernet -> search -> best_arch.json + plot")
-    add_out_arg(p, d.out)
-    p.add_argument("--space", default=d.space, help=f"search-space name or YAML (default {d.space})")
-    p.add_argument("--size", default=d.size, help=f"supernet size (default {d.size}: minutes on 2 CPU cores)")
-    add_data_args(p)
-    p.add_argument("--seed", type=int, default=d.seed, help="seed of every stage: paths, batches, initialisation, "
-                                                             f"search (default {d.seed})")
-    p.add_argument("--supernet-max-steps", "--supernet-steps", dest="supernet_max_steps", type=int, default=None,
-                   action=DeprecatedAlias, old="--supernet-steps", new="--supernet-max-steps",
-                   help="supernet training steps (default: the size's preset)")
-    p.add_argument("--val-every", type=int, default=None,
-                   help="validate the supernet every N steps (default: the size's preset; it always validates at its "
-                        "last step)")
-    add_search_strategy_arg(p)
-    p.add_argument("--objective", "--pretrain", dest="objective", default=None, metavar="OBJECTIVE",
-                   action=DeprecatedAlias, old="--pretrain", new="--objective",
-                   help="then pre-train the searched architecture at --size: mlm | electra (default: no pre-training)")
-    p.add_argument("--pretrain-max-steps", "--pretrain-steps", dest="pretrain_max_steps", type=int, default=None,
-                   action=DeprecatedAlias, old="--pretrain-steps", new="--pretrain-max-steps",
-                   help="pre-training steps (default: the size's preset)")
-    add_evolution_args(p)
-    add_rerank_args(p)
-    from .search.latency import add_latency_args
-
-    add_latency_args(p.add_argument_group("search under a latency budget"))
-    p.add_argument("--devices", default=d.devices, help="devices for supernet training and --objective (DDP when > 1)")
-    p.add_argument("--accelerator", default=d.accelerator, help=f"cpu | gpu | auto (default {d.accelerator})")
-    add_compile_arg(p)
-    add_resume_args(p, "continue an interrupted run with its stored options")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
-    add_json_arg(p)
+    add_options(p, PipelineOptions)
     p.set_defaults(func=run_cli)
 
 
 def run_cli(args) -> dict:
-    from .search.cli import evolution_from_args
-
     from .cliargs import options_from_args
 
-    opts = options_from_args(PipelineOptions, args, evolution=evolution_from_args(args))
-    opts.given = sorted(args.given)  # Algorithm-1 flags included: checked field by field on --resume
-    return run(opts)
+    return run(options_from_args(PipelineOptions, args))
 
 
 def run(opts: PipelineOptions) -> dict:

@@ -25,7 +25,7 @@ from .data.split import DEFAULT_VAL_FRACTION as VAL_FRACTION  # default held-out
 from .errors import UserError
 # NNI 3.0 workarounds (trial reporting, running a NasExperiment)
 from .nni_compat import TrialReporter, in_nni_trial, run_nas_experiment
-from .options import MAY_CHANGE, to_dict
+from .options import MAY_CHANGE, OutputOptions, opt, to_dict
 from .rundir import CHECKPOINT, META, RunDir
 from .trainer import build_trainer, check_compile_backend, compile_callback, validation_history
 
@@ -34,49 +34,61 @@ DATA_SEED = 0  # default seed of the fixed validation masking: every run over on
 
 @dataclass
 class DataOptions:
-    """Where a run's text comes from (`cliargs.add_data_args` makes the flags)."""
+    """Where a run's text comes from: a prepared directory, or a corpus (+ tokenizer) prepared and cached."""
 
-    data: str | None = None  # a prepared data directory (`lvbert data prepare`) instead of corpus/tokenizer
-    corpus: list[str] | None = None  # None = embedded corpus
-    tokenizer: str | None = None
-    cache_dir: str | None = None
-    max_docs: int | None = None
-    val_fraction: float = VAL_FRACTION
-    data_seed: int = DATA_SEED
+    GROUP: ClassVar[str] = "data"
+
+    data: str | None = opt(None, "a prepared data directory (`lvbert data prepare`)", metavar="DIR")
+    corpus: list[str] | None = opt(None, "text/jsonl/parquet files, folder or glob, or a Hugging Face hub dataset "
+                                         "NAME[:CONFIG] (hf:NAME forces the hub; online only) (default: embedded "
+                                         "corpus)")
+    tokenizer: str | None = opt(None, "existing tokenizer directory or vocab.txt (default: train one)")
+    cache_dir: str | None = opt(None, "data cache (default: $LVBERT_CACHE or ~/.cache/nni-lvbert)")
+    max_docs: int | None = opt(None, "use only the first N documents (quick runs)")
+    val_fraction: float = opt(VAL_FRACTION, "held-out share of documents")
+    data_seed: int = opt(DATA_SEED, "seed of the fixed validation masking (keep it to compare runs)")
 
     def data_options(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(DataOptions)}
 
 
 @dataclass
-class TrainOptions(DataOptions):
-    """Options common to the Lightning trainings; None means "the size's preset" (see `resolved`).
+class HardwareOptions:
+    """Where a Lightning training runs (supernet, IOT, pre-training, fine-tuning); may change between sessions."""
 
-    The CLI flags take their defaults from here (`add_training_args`)."""
+    GROUP: ClassVar[str] = "hardware (Lightning; may change when resuming)"
 
+    accelerator: str = opt("auto", "cpu | gpu | auto")
+    devices: str = opt("1", "devices per node (DDP when > 1; the global batch is split over them)")
+    num_nodes: int = opt(1, "nodes (torchrun / SLURM)")
+    ddp_strategy: str | None = opt(None, "Lightning strategy (default ddp_find_unused_parameters_true with more than "
+                                         "one device)", old="--strategy")
+    precision: str | None = opt(None, "32-true | bf16-mixed (default bf16-mixed on GPU)")
+    num_workers: int = opt(0, "data-loader worker processes")
+    # a torch.compile backend ("inductor", ...); None = eager
+    compile: str | None = opt(None, "torch.compile for training (backend: inductor when not named); opt-in, for "
+                                    "GPUs: pre-training compiles its whole objective (CUDA graphs on a GPU), other "
+                                    "training each layer block", nargs="?", const="inductor", metavar="BACKEND")
+
+
+@dataclass
+class TrainOptions(DataOptions, HardwareOptions, OutputOptions):
+    """Options common to the Lightning trainings; None means "the size's preset" (see `resolved`)."""
+
+    GROUP: ClassVar[str] = "optimisation (default: the size's preset)"
     PRESETS: ClassVar[dict[str, dict]] = {}  # "tiny" and "paper": defaults of the None-able fields below
-    out: str = "runs/run"
-    size: str | None = None
-    seed: int = 0
-    lr: float | None = None
-    warmup_steps: int | None = None
-    max_steps: int | None = None
-    batch_size: int | None = None
-    dropout: float | None = None
-    weight_decay: float = 0.0
-    val_every: int | None = None
-    val_batches: int | None = None
-    ckpt_every: int | None = None
-    accelerator: str = "auto"
-    devices: str = "1"
-    num_nodes: int = 1
-    ddp_strategy: str | None = None
-    precision: str | None = None
-    num_workers: int = 0
-    resume: bool = False
-    overwrite: bool = False
-    progress: bool = True
-    compile: str | None = None  # a torch.compile backend ("inductor", ...) for every layer block; None = eager
+
+    size: str | None = opt(None, "tiny | small | medium | base (tiny: a CPU preset)", group="")
+    seed: int = opt(0, "seed of the batches, masks, samples and initialisation", group="")
+    lr: float | None = opt(None, "peak learning rate")
+    warmup_steps: int | None = opt(None, "linear warm-up steps")
+    max_steps: int | None = opt(None, "training steps")
+    batch_size: int | None = opt(None, "global batch size (split over devices)")
+    dropout: float | None = opt(None, "dropout")
+    weight_decay: float = opt(0.0, "AdamW weight decay, not on biases and LayerNorm")
+    val_every: int | None = opt(None, "validate every N steps (and always at the last step)")
+    val_batches: int | None = opt(None, "validation batches per check")
+    ckpt_every: int | None = opt(None, "write checkpoints/last.ckpt every N steps")
     model_summary: bool = True  # Lightning's table of modules at the start (no flag; a study's many runs skip it)
     hpo: dict = field(default_factory=dict)  # as an nnictl trial: the tuner's parameters, applied to these options
     given: list[str] | None = field(default=None, compare=False)  # options typed on the command line

@@ -1,4 +1,4 @@
-"""The options layer: one MAY_CHANGE/FLAGS table, the one resume/overwrite rule (RunDir.begin), and run
+"""The options layer: flags generated from the options dataclasses, --config/--print-config, one MAY_CHANGE table,
 directories of the previous release resuming under the renamed options."""
 from __future__ import annotations
 
@@ -51,3 +51,111 @@ def test_a_contradicting_option_names_the_flag_a_user_types(tmp_path):
         RunDir(run, "search").begin(SearchOptions(out=str(run), resume=True, strategies=["random"]))
     # may change between sessions: taken as given
     assert RunDir(run, "search").begin(SearchOptions(out=str(run), resume=True, threads=1)).threads == 1
+
+
+# --- flags generated from the options dataclasses -----------------------------------------------------------------
+def _parser(cls, **kw):
+    import argparse
+
+    from nni_lvbert.cliargs import add_options
+
+    p = argparse.ArgumentParser(prog="t")
+    add_options(p, cls, **kw)
+    return p
+
+
+def test_a_new_option_is_one_field():
+    import dataclasses
+
+    from nni_lvbert.cliargs import options_from_args
+    from nni_lvbert.options import opt
+    from nni_lvbert.supernet.train import SupernetOptions
+
+    @dataclasses.dataclass
+    class Extended(SupernetOptions):
+        label_smoothing: float = opt(0.0, "label smoothing of the MLM loss")
+        freeze: bool = opt(True, "train the embeddings too")
+
+    p = _parser(Extended)
+    help_ = p.format_help()
+    assert "--label-smoothing LABEL_SMOOTHING" in help_ and "--no-freeze" in help_
+    args = p.parse_args(["--label-smoothing", "0.1", "--no-freeze", "--max-steps", "3"])
+    args.given = {"label_smoothing", "freeze", "max_steps"}
+    opts = options_from_args(Extended, args)
+    assert (opts.label_smoothing, opts.freeze, opts.max_steps, opts.sampling) == (0.1, False, 3, "spos")
+    assert set(opts.given) == {"label_smoothing", "freeze", "max_steps"}
+
+
+@pytest.mark.parametrize("command", [["supernet", "train"], ["supernet", "few-shot"], ["pretrain"], ["iot", "train"],
+                                     ["search", "run"], ["run"], ["finetune"], ["glue"], ["study", "ranking"],
+                                     ["study", "search"], ["study", "downstream"]])
+def test_every_command_with_a_run_directory_takes_its_flags_from_its_options_class(command):
+    import argparse
+    import dataclasses
+
+    from nni_lvbert.cli import build_parser
+    from nni_lvbert.cliargs import options_of
+
+    parser = build_parser()
+    for name in command:
+        parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+    cls = parser.get_default("options_cls")
+    dests = {a.dest for a in parser._actions if a.option_strings} - {"help", "config", "print_config", "json"}
+    generated = {o.name for o in options_of(cls)}
+    assert dests <= generated  # no flag written by hand beside the dataclass
+    fields = {f.name for f in dataclasses.fields(cls)}
+    assert generated - fields <= {o.name for o in options_of(cls) if o.parent}  # nested groups only
+
+
+def test_config_file_sets_options_and_the_command_line_wins(tmp_path):
+    from nni_lvbert.cliargs import options_from_args
+    from nni_lvbert.pipeline import PipelineOptions
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("size: tiny\nseed: 3\nevolution:\n  population: 8\niterations: 2\nstrategies: [random]\n")
+    p = _parser(PipelineOptions)
+    args = p.parse_args(["--config", str(cfg), "--seed", "5"])
+    args.given = {"seed", "config"}
+    opts = options_from_args(PipelineOptions, args)
+    assert (opts.seed, opts.evolution.population, opts.evolution.iterations, opts.strategies) == (
+        5, 8, 2, ["random"])
+    # what the file set counts as given: a resumed run checks it against its stored options
+    assert {"size", "population", "iterations", "strategies", "seed"} <= set(opts.given)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("max_step: 7\n", "unknown option 'max_step' (did you mean max_steps?)"),
+    ("max_steps: seven\n", "max_steps must be an integer, got 'seven'"),
+    ("sampling: foo\n", "sampling must be one of spos, fair, got 'foo'"),
+    ("resume: 1\n", "resume must be true or false, got 1"),
+    ("- 1\n- 2\n", "expected a mapping of option names to values, got list"),
+    ("a: [\n", "not valid YAML"),
+])
+def test_a_bad_config_file_is_one_error_line(tmp_path, capsys, text, message):
+    from tests.conftest import one_error
+    from nni_lvbert.cli import main
+
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(text)
+    one_error(capsys, main(["supernet", "train", "--config", str(cfg), "--out", str(tmp_path / "run")]), message)
+    assert not (tmp_path / "run").exists()
+
+
+def test_print_config_round_trips_through_config(tmp_path, capsys):
+    from nni_lvbert.cli import main
+
+    assert main(["search", "run", "--population", "6", "--search", "random", "evolution", "--no-prefix-cache",
+                 "--print-config"]) == 0
+    first = capsys.readouterr().out
+    (tmp_path / "c.yaml").write_text(first)
+    assert main(["search", "run", "--config", str(tmp_path / "c.yaml"), "--print-config"]) == 0
+    assert capsys.readouterr().out == first
+    assert "population: 6" in first and "prefix_cache: false" in first and "- random" in first
+
+
+def test_a_contradicting_negative_flag_is_named_as_typed(tmp_path):
+    from nni_lvbert.study.ranking import RankingOptions
+
+    run = _stored(tmp_path, {"baselines": True, "out": "x"})
+    with pytest.raises(UserError, match=r"--no-baselines False contradicts"):
+        RunDir(run, "study").begin(RankingOptions(out=str(run), resume=True, baselines=False))

@@ -20,13 +20,14 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from .. import layout
 from ..errors import UserError
-from ..options import launcher_is_rank_zero, to_dict
+from ..options import OutputOptions, launcher_is_rank_zero, opt, to_dict
 from ..atomic import write_json
 from ..rundir import RunDir
-from ..training import TrainOptions, check_compile_backend, fit, no_library_progress_bars, parse_devices
+from ..training import HardwareOptions, TrainOptions, check_compile_backend, fit, no_library_progress_bars, parse_devices
 from . import metrics as M
 from .recipe import DECAY, default_lr
 from .tasks import TaskData, load_task
@@ -35,46 +36,56 @@ KIND = "finetune"
 MODEL = "model"  # OUT/<task>/seed<k>/model/ with --save-model
 
 
+YOUR_FILES = "your files (--task NAME with --data)"
+QA = "extractive QA (squad, squad_v2)"
+
+
 @dataclass
-class FinetuneOptions:
-    model: str = ""
-    tasks: list[str] = field(default_factory=list)
-    data: str | None = None
-    dev_data: str | None = None
-    text_column: str | None = None
-    text_pair_column: str | None = None
-    label_column: str | None = None
-    task_type: str = "classification"
+class FinetuneOptions(HardwareOptions, OutputOptions):
+    GROUP: ClassVar[str] = "recipe (LV-BERT Table 6 / ELECTRA defaults)"
+
     out: str = layout.FINETUNE
-    seeds: list[int] = field(default_factory=lambda: [0])
-    lr: float | None = None  # None: 3e-4 (hidden < 768) or 1e-4 (base)
-    epochs: float | None = None  # None: the task's (10 RTE/STS-B, 3 otherwise)
-    batch_size: int = 32
-    max_length: int = 128
-    warmup_fraction: float = 0.1
-    weight_decay: float = 0.01
-    layer_decay: float = DECAY
-    adam_eps: float = 1e-6
-    max_steps: int | None = None  # cap on training steps per run (quick runs)
-    max_train_examples: int | None = None
-    ckpt_every: int | None = None  # None: every epoch, at most 500 steps apart
-    accelerator: str = "auto"
-    devices: str = "1"  # per node; DDP when > 1 (the global --batch-size is split over devices)
-    num_nodes: int = 1
-    ddp_strategy: str | None = None
-    precision: str | None = None
-    num_workers: int = 0
-    compile: str | None = None  # torch.compile backend for the layer blocks (training.compile_layers)
-    progress: bool = True
-    resume: bool = False
-    overwrite: bool = False
-    max_query_length: int = 64  # SQuAD (extractive QA) only, from here on
-    doc_stride: int = 128
-    n_best: int = 20
-    max_answer_length: int = 30
-    null_threshold: float = 0.0  # v2.0: no answer when null score - best span score > this
-    save_model: bool = False  # write each run's fine-tuned model to OUT/<task>/seed<k>/model/
+    model: str = opt("", "a model directory (lvbert export / pretrain, or any BERT-style transformers directory)",
+                     metavar="DIR", group="")
+    tasks: list[str] = opt(help="cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli (GLUE files), squad, squad_v2 "
+                                "(SQuAD JSON, or the hub without --data), glue:NAME (hub), sotu-era (embedded), or "
+                                "your name with --text-column/--label-column; several: one after the other",
+                           default_factory=list, flag="--task", old="--tasks", metavar="TASK", group="")
+    data: str | None = opt(None, "GLUE folder, or a folder with train.*/dev.* (csv, tsv, jsonl, parquet), or a train "
+                                 "file; SQuAD: train-v1.1.json (dev-v1.1.json beside it) or their folder (v2.0 "
+                                 "likewise)", metavar="PATH", group="")
+    dev_data: str | None = opt(None, "dev file when --data is a train file", metavar="FILE", group=YOUR_FILES)
+    text_column: str | None = opt(None, "the column of the (first) text", group=YOUR_FILES)
+    text_pair_column: str | None = opt(None, "the column of the second text, if any", group=YOUR_FILES)
+    label_column: str | None = opt(None, "the label column", group=YOUR_FILES)
+    task_type: str = opt("classification", "what the labels are", choices=["classification", "regression"],
+                         group=YOUR_FILES)
+    seeds: list[int] = opt(help="one run per seed; median reported (default 0; the paper uses 10)",
+                           default_factory=lambda: [0], group="")
+    lr: float | None = opt(None, "peak lr (default 3e-4; hidden size >= 768: 1e-4, 2e-4 on SQuAD)")
+    epochs: float | None = opt(None, "default: 10 for RTE and STS-B, 2 for SQuAD, 3 otherwise")
+    batch_size: int = opt(32, "global batch size")
+    max_length: int = opt(128, "sequence length (pairs truncated)")
+    warmup_fraction: float = opt(0.1, "share of the steps warming up linearly")
+    weight_decay: float = opt(0.01, "AdamW weight decay")
+    layer_decay: float = opt(DECAY, "layer-wise lr decay per block of two slots (1 = off)")
+    adam_eps: float = opt(1e-6, "AdamW epsilon")
+    max_steps: int | None = opt(None, "cap on training steps per run (quick runs)")
+    max_train_examples: int | None = opt(None, "use the first N training examples")
+    ckpt_every: int | None = opt(None, "checkpoint every N steps (default: per epoch, at most 500)")
+    max_query_length: int = opt(64, "question tokens kept", group=QA)
+    doc_stride: int = opt(128, "tokens between window starts", group=QA)
+    n_best: int = opt(20, "start/end candidates per window", group=QA)
+    max_answer_length: int = opt(30, "answer tokens at most", group=QA)
+    null_threshold: float = opt(0.0, "v2.0: answer nothing when null score - best span score > this", group=QA)
+    save_model: bool = opt(False, "keep each fine-tuned model: OUT/<task>/seed<k>/model/ (loads with "
+                                  "from_pretrained)", group="")
     given: list[str] | None = field(default=None, compare=False)
+
+
+# FinetuneOptions `lvbert glue` does not take (it finds the GLUE tasks' files and formats itself)
+NOT_GLUE = ("dev_data", "text_column", "text_pair_column", "label_column", "task_type", "max_query_length",
+            "doc_stride", "n_best", "max_answer_length", "null_threshold")
 
 
 @dataclass

@@ -3,43 +3,15 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from ..cliargs import add_data_args, add_json_arg, add_out_arg, add_training_args
-    from ..layout import IOT, SEARCH
-    from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
+    from ..cliargs import add_json_arg, add_options, add_out_arg
+    from ..layout import IOT
+    from .train import IOTOptions
 
     p = sub.add_parser("iot", help="instance-wise layer order: route each sequence to one of M candidate orders")
     isub = p.add_subparsers(dest="iot_command", metavar="ACTION")
 
     t = isub.add_parser("train", help="train shared weights + order predictor (NNI one-shot strategy)")
-    add_out_arg(t, IOT, "run directory")
-    start = t.add_argument_group("start (one of)")
-    start.add_argument("--supernet", default=None, metavar="RUN_DIR", help="start from a trained supernet run")
-    start.add_argument("--space", default=None, help="train from scratch on this search space (name or YAML)")
-    start.add_argument("--size", default=None, help="from scratch: tiny | small | medium | base (default: the space's)")
-    add_data_args(t.add_argument_group("data (default: the supernet's prepared data)"), scratch="from scratch: ")
-    o = t.add_argument_group(f"candidate orders (one source; default: top-M of {SEARCH})")
-    o.add_argument("--orders-from", default=None, metavar="SEARCH_DIR",
-                   help="top-M distinct architectures of a search's history.jsonl")
-    o.add_argument("--orders", nargs="+", default=None, metavar="ARCH",
-                   help="explicit orders: compact strings (c=dc s=sa f=ff g=glu), names or JSON files")
-    o.add_argument("--block", default=None, metavar="TYPES",
-                   help="IOT-style: M distinct permutations of a block (e.g. sa,ff,dc or sfc) repeated over the slots")
-    o.add_argument("--m", "--orders-from-block", dest="m", type=int, default=None,
-                   help="number of orders M (default 4; with --orders: their number)")
-    i = t.add_argument_group("IOT (defaults: official IOT code)")
-    i.add_argument("--tau", type=float, default=TAU, help=f"Gumbel-softmax temperature (start) (default {TAU})")
-    i.add_argument("--tau-min", type=float, default=TAU_MIN, help=f"temperature floor (default {TAU_MIN})")
-    i.add_argument("--tau-decay", type=float, default=TAU_DECAY,
-                   help=f"r in tau = max(tau * exp(-r * step), tau_min), step floored to --tau-every "
-                        f"(default {TAU_DECAY})")
-    i.add_argument("--tau-every", type=int, default=TAU_EVERY, help=f"temperature update period (default {TAU_EVERY})")
-    i.add_argument("--c1", type=float, default=C1, help=f"weight of L_D = KL(uniform || mean p) (default {C1})")
-    i.add_argument("--c2", type=float, default=C2, help=f"weight of L_S = -mean KL(uniform || p_x) (default {C2})")
-    i.add_argument("--clamp", type=float, default=CLAMP, help=f"probability clamp before Gumbel (default {CLAMP})")
-    i.add_argument("--no-gumbel", dest="gumbel", action="store_false", help="no Gumbel noise (deterministic weights)")
-    t.add_argument("--seed", type=int, default=0, help="seed of the batches, Gumbel noise and initialisation")
-    add_training_args(t, "optimisation (defaults: tiny preset for tiny models, else continued pre-training)",
-                      dropout_help="from scratch only")
+    add_options(t, IOTOptions)
     t.set_defaults(func=run_train)
 
     e = isub.add_parser("eval", help="order usage and validation MLM accuracy per order vs routed (JSON)")

@@ -14,9 +14,12 @@ from typing import ClassVar
 from .. import layout
 from ..errors import UserError
 from ..presets import presets
-from ..options import launcher_is_rank_zero
+from ..options import launcher_is_rank_zero, opt
 from ..training import VAL_FRACTION, TrainOptions, Training, prepare_data
 from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
+
+START = "start (one of)"
+ORDERS = f"candidate orders (one source; default: top-M of {layout.SEARCH})"
 
 # options an nnictl tuner may set (search-space keys)
 HPO_KEYS = {"tau": float, "tau_min": float, "tau_decay": float, "tau_every": int, "c1": float, "c2": float,
@@ -26,23 +29,35 @@ HPO_KEYS = {"tau": float, "tau_min": float, "tau_decay": float, "tau_every": int
 @dataclass
 class IOTOptions(TrainOptions):
     PRESETS: ClassVar[dict[str, dict]] = presets("iot")  # paper: continued pre-training of a small supernet
+    GROUP: ClassVar[str] = "IOT (defaults: official IOT code)"
 
     out: str = layout.IOT
-    supernet: str | None = None  # start from this trained supernet run directory
-    space: str | None = None  # or from scratch on this space (size: the space's; dropout: from scratch only)
-    data: str | None = None  # a prepared data directory (default: the supernet's, or prepared from --corpus)
-    orders: list[str] | None = None
-    orders_from: str | None = None
-    block: str | None = None
-    m: int | None = None
-    tau: float = TAU
-    tau_min: float = TAU_MIN
-    tau_decay: float = TAU_DECAY
-    tau_every: int = TAU_EVERY
-    c1: float = C1
-    c2: float = C2
-    clamp: float = CLAMP
-    gumbel: bool = True
+    supernet: str | None = opt(None, "start from a trained supernet run", metavar="RUN_DIR", group=START)
+    space: str | None = opt(None, "train from scratch on this search space (name or YAML)", group=START)
+    size: str | None = opt(None, "from scratch: tiny | small | medium | base (default: the space's)", group=START)
+    # a prepared data directory (default: the supernet's, or prepared from --corpus)
+    data: str | None = opt(None, "a prepared data directory (default: the supernet's)", metavar="DIR")
+    corpus: list[str] | None = opt(None, "from scratch: text/jsonl/parquet files, folder or glob, or a Hugging Face "
+                                         "hub dataset NAME[:CONFIG] (default: embedded corpus)")
+    tokenizer: str | None = opt(None, "from scratch: existing tokenizer directory or vocab.txt (default: train one)")
+    orders_from: str | None = opt(None, "top-M distinct architectures of a search's history.jsonl",
+                                  metavar="SEARCH_DIR", group=ORDERS)
+    orders: list[str] | None = opt(None, "explicit orders: compact strings (c=dc s=sa f=ff g=glu), names or JSON "
+                                         "files", metavar="ARCH", group=ORDERS)
+    block: str | None = opt(None, "IOT-style: M distinct permutations of a block (e.g. sa,ff,dc or sfc) repeated "
+                                  "over the slots", metavar="TYPES", group=ORDERS)
+    m: int | None = opt(None, "number of orders M (default 4; with --orders: their number)",
+                        old="--orders-from-block", group=ORDERS)
+    tau: float = opt(TAU, "Gumbel-softmax temperature (start)")
+    tau_min: float = opt(TAU_MIN, "temperature floor")
+    tau_decay: float = opt(TAU_DECAY, "r in tau = max(tau * exp(-r * step), tau_min), step floored to --tau-every")
+    tau_every: int = opt(TAU_EVERY, "temperature update period")
+    c1: float = opt(C1, "weight of L_D = KL(uniform || mean p)")
+    c2: float = opt(C2, "weight of L_S = -mean KL(uniform || p_x)")
+    clamp: float = opt(CLAMP, "probability clamp before Gumbel")
+    gumbel: bool = opt(True, "no Gumbel noise (deterministic weights)")
+    seed: int = opt(0, "seed of the batches, Gumbel noise and initialisation", group="")
+    dropout: float | None = opt(None, "dropout, from scratch only")
 
     def stored_presets(self) -> list[str]:
         # from a supernet the dropout is the supernet's: --dropout stays unset (and refused, see `_source`)

@@ -23,6 +23,7 @@ from .. import layout
 from ..errors import UserError
 from ..presets import presets
 from ..rundir import RunDir
+from ..options import opt
 from ..training import TrainOptions, Training
 
 KIND = "pretrain"
@@ -34,17 +35,24 @@ DEFAULT_SIZE = "small"
 @dataclass
 class PretrainOptions(TrainOptions):
     PRESETS: ClassVar[dict[str, dict]] = presets("pretrain")  # per size; tiny-electra: ELECTRA's tiny lr
+    GROUP: ClassVar[str] = "objective"
 
     out: str = layout.PRETRAIN
-    arch: str | None = None  # any Arch spelling; stored as compact letters
-    model_config: str | None = None  # a model_config.json (e.g. a supernet run's) instead of --size's shape
-    objective: str = "electra"
-    sop: bool = False
-    sharing: str | None = None
+    # any Arch spelling; stored as compact letters
+    arch: str | None = opt(None, "best_arch.json, a name (bert, dynamicconv, sandwich, lvbert-small), letters "
+                                 "(ccsf...: c=dc s=sa f=ff g=glu) or digits (0=dc 1=sa 2=ff)", group="")
+    size: str | None = opt(None, "tiny | small | medium | base (default small; tiny: a CPU preset)", group="")
+    model_config: str | None = opt(None, "a model_config.json (e.g. SUPERNET/model_config.json) giving the shape "
+                                         "instead of --size; --size still picks the training preset", metavar="FILE",
+                                   group="")
+    objective: str = opt("electra", "mlm | electra", group="")
+    sop: bool = opt(False, "add ALBERT sentence-order prediction", group="")
+    sharing: str | None = opt(None, "none | type: cross-layer sharing per layer type (ALBERT)")
     weight_decay: float = 0.01  # not on LayerNorm weights and biases
-    clip_grad: float = 1.0  # global gradient norm; 0 = off
-    generator_fraction: float | None = None  # ELECTRA generator hidden / discriminator hidden (size preset)
-    disc_weight: float = 50.0  # ELECTRA discriminator loss weight
+    clip_grad: float = opt(1.0, "global gradient-norm clipping (0 = off)")
+    generator_fraction: float | None = opt(None, "ELECTRA generator hidden size / discriminator's (default 1/4 for "
+                                                 "tiny and small, 1/3 for medium and base)")
+    disc_weight: float = opt(50.0, "ELECTRA discriminator loss weight")
 
     def preset(self) -> dict:
         size = self.size or DEFAULT_SIZE

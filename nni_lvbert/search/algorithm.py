@@ -27,22 +27,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from ..arch import Arch
 from ..errors import UserError
+from ..options import opt
 
 
 @dataclass
 class EvolutionConfig:
-    population: int = 50  # P: size of the random initial population
-    iterations: int = 20  # T: number of populations scored
-    topk: int = 10  # k
-    crossover: int = 25  # N_cro per generation after the first
-    mutation: int = 25  # N_mut per generation after the first
-    mutation_prob: float = 0.1  # p: per-slot re-draw probability of a mutation
+    GROUP: ClassVar[str] = "Algorithm 1 (LV-BERT; the budget P + (T-1)(N_cro + N_mut) applies to every strategy)"
+
+    population: int = opt(50, "P, random initial population")
+    iterations: int = opt(20, "T, populations scored")
+    topk: int = opt(10, "k")
+    crossover: int = opt(25, "N_cro per generation")
+    mutation: int = opt(25, "N_mut per generation")
+    mutation_prob: float = opt(0.1, "per-slot mutation probability")
     max_rejections: int = 10_000  # consecutive constraint rejections before giving up
 
     @property

@@ -5,78 +5,20 @@ import json
 import sys
 
 
-EVOLUTION_FLAGS = (("population", "P, random initial population"), ("iterations", "T, populations scored"),
-                   ("topk", "k"), ("crossover", "N_cro per generation"), ("mutation", "N_mut per generation"),
-                   ("mutation_prob", "per-slot mutation probability"))
-
-
-def add_evolution_args(p) -> None:
-    from .algorithm import EvolutionConfig
-
-    d = EvolutionConfig()
-    g = p.add_argument_group("Algorithm 1 (LV-BERT; the budget P + (T-1)(N_cro + N_mut) applies to every strategy)")
-    for name, what in EVOLUTION_FLAGS:
-        g.add_argument(f"--{name.replace('_', '-')}", type=type(getattr(d, name)), default=getattr(d, name),
-                       help=f"{what} (default {getattr(d, name)})")
-
-
-def evolution_from_args(args):
-    from .algorithm import EvolutionConfig
-
-    return EvolutionConfig(**{name: getattr(args, name) for name, _ in EVOLUTION_FLAGS})
-
-
-def add_search_strategy_arg(p) -> None:
-    from ..cliargs import DeprecatedAlias
-
-    p.add_argument("--search", "--strategy", dest="strategies", nargs="+", default=["evolution"], metavar="NAME",
-                   action=DeprecatedAlias, old="--strategy", new="--search",
-                   help="search strategies: evolution (LV-BERT Algorithm 1), regularized-evolution, random (NNI); "
-                        "several run one after another into one plot (default evolution)")
-
-
-from .defaults import BATCH_SIZE, VAL_TOKENS  # noqa: E402
-
-from ..layout import SEARCH_NNICTL as EXPORT_OUT, SUPERNET  # noqa: E402  (`search export --out` default)
+from ..layout import SEARCH_NNICTL as EXPORT_OUT, SUPERNET  # (`search export --out` default)
+from .defaults import BATCH_SIZE, VAL_TOKENS
 
 
 def register(sub) -> None:
-    from ..cliargs import DeprecatedAlias, add_json_arg, add_out_arg, add_resume_args
+    from ..cliargs import DeprecatedAlias, add_flags, add_json_arg, add_options
+    from .options import LatencyOptions
     from .run import SearchOptions
 
-    d = SearchOptions()
     p = sub.add_parser("search", help="architecture search over a trained supernet (evolution, baselines, nnictl)")
     ssub = p.add_subparsers(dest="search_command", metavar="ACTION")
 
     r = ssub.add_parser("run", help="search in process: best_arch.json, history.jsonl, search_curve.png")
-    r.add_argument("--supernet", default=d.supernet, help=f"supernet run directory (default {d.supernet})")
-    add_search_strategy_arg(r)
-    r.add_argument("--seed", type=int, default=d.seed, help=f"seed of the search's draws (default {d.seed})")
-    add_out_arg(r, d.out)
-    r.add_argument("--space", default=None, help="expected search space (checked against the supernet's)")
-    add_evolution_args(r)
-    c = r.add_argument_group("constraints (candidates outside are never evaluated)")
-    c.add_argument("--max-params", type=int, default=None, help="max backbone parameters at the supernet's size")
-    c.add_argument("--max-flops", type=int, default=None, help="max backbone FLOPs per max_length sequence")
-    add_rerank_args(r)
-    from .latency import add_latency_args
-
-    add_latency_args(c)
-    s = r.add_argument_group("scoring")
-    s.add_argument("--val-tokens", type=int, default=d.val_tokens,
-                   help=f"validation tokens per candidate (default {d.val_tokens})")
-    s.add_argument("--batch-size", type=int, default=d.batch_size,
-                   help=f"validation sequences per batch (default {d.batch_size})")
-    s.add_argument("--data", default=None, help="prepared data directory (default: the one in the supernet's meta.json)")
-    s.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
-                   help="recompute every candidate from the embeddings")
-    s.add_argument("--cache-mb", type=int, default=d.cache_mb,
-                   help=f"memory for cached prefix activations (default {d.cache_mb})")
-    s.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    s.add_argument("--device", default=d.device, help="auto (GPU if visible) | cpu | cuda[:N] | mps (default auto)")
-    add_resume_args(r, "continue an interrupted search in --out with its stored options")
-    r.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    add_json_arg(r)
+    add_options(r, SearchOptions)
     r.set_defaults(func=run_cmd)
 
     sc = ssub.add_parser("score", help="inherited-weight MLM accuracy of one architecture")
@@ -110,7 +52,9 @@ def register(sub) -> None:
     n.add_argument("action", nargs="?", choices=["create", "resume"], default="create",
                    help="create (default) or resume ID")
     n.add_argument("experiment_id", nargs="?", default=None, metavar="ID", help="the experiment to resume")
-    n.add_argument("--config", default=None, help="nnictl config (default: the packaged search.yml)")
+    n.add_argument("--experiment-config", "--config", dest="experiment_config", default=None, metavar="FILE.yml",
+                   action=DeprecatedAlias, old="--config", new="--experiment-config",
+                   help="nnictl experiment config (default: the packaged search.yml)")
     n.add_argument("--resume", dest="resume_id", default=None, metavar="ID",
                    help="deprecated spelling of `resume ID`")
     n.add_argument("--supernet", default=SUPERNET, help=f"supernet run directory (default {SUPERNET})")
@@ -130,7 +74,7 @@ def register(sub) -> None:
     for name in ("population", "iterations", "topk", "crossover", "mutation", "max-params", "max-flops"):
         n.add_argument(f"--{name}", type=int, default=None, help="override the config's tuner argument")
     n.add_argument("--mutation-prob", type=float, default=None, help="override the config's tuner argument")
-    add_latency_args(n, pareto=False)
+    add_flags(n, LatencyOptions, skip=("pareto",))
     add_json_arg(n)
     n.set_defaults(func=nnictl_cmd)
 
@@ -161,25 +105,11 @@ def register(sub) -> None:
     p.set_defaults(func=lambda args: p.print_help() or 2)
 
 
-def add_rerank_args(p) -> None:
-    """--rerank/--rerank-steps (`lvbert search run`, `lvbert run`)."""
-    from .run import SearchOptions
-
-    d = SearchOptions()
-    g = p.add_argument_group("two-stage search (the supernet proposes, short stand-alone training decides)")
-    g.add_argument("--rerank", type=int, default=d.rerank, metavar="K",
-                   help="pre-train the K best distinct orders stand-alone and pick the best by MLM accuracy on "
-                        "the whole validation split (default 0: off)")
-    g.add_argument("--rerank-steps", type=int, default=d.rerank_steps, metavar="N",
-                   help=f"stand-alone MLM steps per re-ranked order (default {d.rerank_steps})")
-
-
 def run_cmd(args) -> dict:
     from ..cliargs import options_from_args
     from .run import SearchOptions, run_search
 
-    opts = options_from_args(SearchOptions, args, evolution=evolution_from_args(args))
-    opts.given = sorted(set(opts.given) | (args.given & {name for name, _ in EVOLUTION_FLAGS}))
+    opts = options_from_args(SearchOptions, args)
     result = run_search(opts)
     return {"best_arch": f"{opts.out}/best_arch.json", "compact": result["compact"],
             "score": round(result["score"], 6), "strategy": result["strategy"],
@@ -216,7 +146,7 @@ def nnictl_cmd(args) -> dict:
         return resume(args)
     if args.experiment_id:
         raise UserError(f"unexpected argument {args.experiment_id!r}: only `resume` takes an experiment ID")
-    args.config = args.config or str(DEFAULT_CONFIG)
+    args.experiment_config = args.experiment_config or str(DEFAULT_CONFIG)
     return create(args)
 
 

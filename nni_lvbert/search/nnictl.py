@@ -115,7 +115,7 @@ def create(args) -> dict:
     from .latency import LatencySearch
 
     LatencySearch.from_options(args.max_latency_ms, args.latency_table, False, run.cfg, spec, latency_device)
-    config = Path(args.config)
+    config = Path(args.experiment_config)
     if args.trial_gpus is not None and args.trial_gpus < 0:
         raise UserError(f"--trial-gpus must be >= 0, got {args.trial_gpus}")
     overrides = {"maxTrialNumber": args.max_trials, "trialConcurrency": args.concurrency,

@@ -17,45 +17,42 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 from .. import layout
 from ..arch import Arch
 from ..errors import UserError
+from ..options import OutputOptions, opt
 from ..rundir import OPTIONS, RunDir
 from .algorithm import EvolutionConfig
-from .defaults import STRATEGIES, VAL_TOKENS
+from .defaults import BATCH_SIZE, STRATEGIES, VAL_TOKENS
 from .history import HISTORY, History
+from .options import LatencyOptions, RerankOptions, StrategyOptions
 BEST = "best_arch.json"
 SETTINGS = "search.json"
+CONSTRAINTS = "constraints (candidates outside are never evaluated)"
 PLOT = "search_curve.png"
 
 
 @dataclass
-class SearchOptions:
-    supernet: str = layout.SUPERNET
-    strategies: list[str] = field(default_factory=lambda: ["evolution"])
-    seed: int = 0
+class SearchOptions(StrategyOptions, RerankOptions, LatencyOptions, OutputOptions):
+    GROUP: ClassVar[str] = "scoring"
+
     out: str = layout.SEARCH
-    evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
-    max_params: int | None = None
-    max_flops: int | None = None
-    rerank: int = 0  # two-stage search: re-rank the K best distinct orders by stand-alone pre-training (0: off)
-    rerank_steps: int = 300  # its stand-alone MLM steps per order
-    max_latency_ms: float | None = None  # with latency_table (search/latency.py)
-    latency_table: str | None = None
-    pareto: bool = False
-    val_tokens: int = VAL_TOKENS
-    batch_size: int = 64
-    data: str | None = None
-    space: str | None = None  # expected search space (checked against the supernet's)
-    prefix_cache: bool = True
-    cache_mb: int = 1024
-    threads: int | None = None
-    device: str = "auto"  # auto | cpu | cuda[:N] | mps (not a search setting: a search may resume elsewhere)
-    resume: bool = False
-    overwrite: bool = False
-    progress: bool = True
+    supernet: str = opt(layout.SUPERNET, "supernet run directory", group="")
+    seed: int = opt(0, "seed of the search's draws", group="")
+    space: str | None = opt(None, "expected search space (checked against the supernet's)", group="")
+    max_params: int | None = opt(None, "max backbone parameters at the supernet's size", group=CONSTRAINTS)
+    max_flops: int | None = opt(None, "max backbone FLOPs per max_length sequence", group=CONSTRAINTS)
+    val_tokens: int = opt(VAL_TOKENS, "validation tokens per candidate")
+    batch_size: int = opt(BATCH_SIZE, "validation sequences per batch")
+    data: str | None = opt(None, "prepared data directory (default: the one in the supernet's meta.json)")
+    prefix_cache: bool = opt(True, "recompute every candidate from the embeddings")
+    cache_mb: int = opt(1024, "memory for cached prefix activations")
+    threads: int | None = opt(None, "torch threads (default: torch's choice)")
+    # not a search setting: a search may resume elsewhere
+    device: str = opt("auto", "auto (GPU if visible) | cpu | cuda[:N] | mps")
     given: list[str] | None = field(default=None, compare=False)  # options typed on the command line
 
 

@@ -15,10 +15,11 @@ import dataclasses
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from .. import layout
 from ..errors import UserError
-from ..options import to_dict
+from ..options import OutputOptions, opt, to_dict
 from ..rundir import RunDir
 
 ALL_TOKENS = 10**9  # --val-tokens default: the whole validation split
@@ -60,28 +61,37 @@ class Budget:
             raise UserError("--lr must be positive, --warmup-steps not negative and --dropout in [0, 1)")
 
 
+_T, _Q = BUDGETS["tiny"], BUDGETS["quick"]
+
+
 @dataclass
-class StudyOptions:
+class StudyOptions(OutputOptions):
     """Options every study has; each study adds its own fields."""
 
     TRAINS_MODELS = True  # False: the study trains no stand-alone model (its options.json stores no budget)
+    GROUP: ClassVar[str] = "stand-alone budget (the same for every model)"
 
-    out: str = layout.STUDY
-    quick: bool = False
-    models: str | None = None  # model store (default OUT/models)
-    max_steps: int | None = None  # stand-alone budget (Budget.steps); None = the preset (quick or tiny)
-    lr: float | None = None
-    warmup_steps: int | None = None
-    batch_size: int | None = None
-    dropout: float | None = None
-    seed: int = 0  # seed of the stand-alone trainings and of the study's own draws
-    data_seed: int = 0
-    val_tokens: int = ALL_TOKENS
-    threads: int | None = None
-    progress: bool = True
-    resume: bool = False
-    overwrite: bool = False
+    out: str = opt(layout.STUDY, "study directory", old="--run-dir", metavar="DIR")
+    quick: bool = opt(False, "CI-sized run: checks that everything runs, not what wins", group="")
+    models: str | None = opt(None, "model store for the stand-alone pre-trainings (default OUT/models; share it "
+                                   "between studies to train each model once)", metavar="DIR", group="")
+    # stand-alone budget (Budget); None = the preset (quick or tiny)
+    max_steps: int | None = opt(None, f"training steps (default {_T['steps']}; quick {_Q['steps']})", old="--steps")
+    lr: float | None = opt(None, f"peak learning rate (default {_T['lr']:g})")
+    warmup_steps: int | None = opt(None, f"linear warm-up (default {_T['warmup_steps']})")
+    batch_size: int | None = opt(None, f"batch size (default {_T['batch_size']}; quick {_Q['batch_size']})")
+    dropout: float | None = opt(None, f"dropout (default {_T['dropout']:g})")
+    seed: int = opt(0, "seed of the stand-alone trainings and the study's draws", group="")
+    data_seed: int = opt(0, "seed of the fixed validation masking", group="")
+    val_tokens: int = opt(ALL_TOKENS, "validation tokens every model is scored on (default: the whole "
+                                             "validation split)", group="")
+    threads: int | None = opt(None, "torch CPU threads", group="")
     given: list[str] | None = field(default=None, compare=False)
+
+    @classmethod
+    def not_offered(cls) -> tuple[str, ...]:
+        """Options a study without stand-alone models does not take."""
+        return () if cls.TRAINS_MODELS else ("models", "max_steps", "lr", "warmup_steps", "batch_size", "dropout")
 
     def budget(self) -> Budget:
         preset = dict(BUDGETS["quick" if self.quick else "tiny"])

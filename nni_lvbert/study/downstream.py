@@ -11,10 +11,12 @@ min-max ranges do not overlap).
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from .. import layout
 from ..errors import UserError
+from ..options import opt
 from ..atomic import write_json, write_text
 from ..safeio import read_json
 from ..atomic import pyplot, save_figure
@@ -26,19 +28,32 @@ RESULT = "downstream.json"
 DEFAULT_ARCHS = ["searched", "bert", "dynamicconv", "lvbert-small", "sandwich"]
 
 
+def _comma_list(text: str) -> list[str]:
+    return [a.strip() for a in text.split(",") if a.strip()]
+
+
 @dataclass
 class DownstreamOptions(StudyOptions):
-    archs: list[str] = field(default_factory=lambda: list(DEFAULT_ARCHS))
-    searched: str | None = None  # best_arch.json, a search directory or any arch spelling
-    size: str = "tiny"
-    objective: str = "mlm"
-    data: str | None = None  # prepared pre-training data (default: the embedded corpus prepared for --size)
-    cache_dir: str | None = None
-    tasks: list[str] = field(default_factory=lambda: ["sotu-era"])
-    task_data: str | None = None
-    pretrain_seeds: list[int] | None = None  # default [seed]
-    finetune_seeds: list[int] | None = None  # default 0 1 2 (quick: 0 1)
-    finetune_max_steps: int | None = None  # cap per fine-tuning run (quick: 4)
+    out: str = f"{layout.STUDY}/downstream"
+    archs: list[str] = opt(help=f"comma-separated (default {','.join(DEFAULT_ARCHS)}); the first is the reference of "
+                                "the comparisons", default_factory=lambda: list(DEFAULT_ARCHS), type=_comma_list,
+                           group="")
+    # best_arch.json, a search directory or any arch spelling
+    searched: str | None = opt(None, "the searched architecture: a search directory, best_arch.json or letters",
+                               metavar="DIR|FILE|ARCH", group="")
+    size: str = opt("tiny", "tiny | small | medium | base", group="")
+    objective: str = opt("mlm", "mlm | electra", group="")
+    data: str | None = opt(None, "prepared pre-training data (default: the embedded corpus prepared for --size)",
+                           metavar="DIR", group="")
+    cache_dir: str | None = opt(None, "data cache (default: $LVBERT_CACHE or ~/.cache/nni-lvbert)", group="")
+    tasks: list[str] = opt(help="fine-tuning tasks (default the embedded sotu-era; any `lvbert finetune --task`)",
+                           default_factory=lambda: ["sotu-era"], flag="--task", group="")
+    task_data: str | None = opt(None, "the tasks' data (`lvbert finetune --data`)", metavar="PATH", group="")
+    pretrain_seeds: list[int] | None = opt(None, "pre-training seeds: each arch is pre-trained once per seed and each "
+                                                 "model fine-tuned with every --finetune-seeds (default: --seed only)",
+                                           group="")
+    finetune_seeds: list[int] | None = opt(None, "fine-tuning seeds (default 0 1 2)", old="--ft-seeds", group="")
+    finetune_max_steps: int | None = opt(None, "cap on steps per fine-tuning run", old="--ft-max-steps", group="")
     slots: int = 24  # depth of the named baselines (a searched arch brings its own)
 
 

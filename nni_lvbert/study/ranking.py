@@ -18,9 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import layout
 from ..arch import NAMED_ARCHS, Arch
 from ..atomic import pyplot, save_figure, write_json, write_text
 from ..errors import UserError
+from ..options import opt
 from ..rundir import RunDir
 from ..safeio import read_json
 from .common import StudyOptions, begin, log, shown_path, shown_stats, start
@@ -34,14 +36,26 @@ RESULT = "ranking.json"
 
 @dataclass
 class RankingOptions(StudyOptions):
-    supernet: str = ""  # the reference supernet: its space, shape and data define the study; the ranker `spos`
-    rankers: list[str] | None = None  # default: spos
-    num_archs: int | None = None  # stratified orders (default 20, quick 3), plus the baselines and the searched
-    num_seeds: int | None = None  # ground-truth pre-training seeds per order (default 3, quick 2)
-    searched: str | None = None  # a search directory or best_arch.json: its winner joins the orders
-    baselines: bool = True
-    val_masking: str = "full"  # full: every validation token masked once over 7 rounds | fixed: the split's 15 %
-    rank_by: str = "acc"  # acc | loss: what the trained rankers and the ground truth are ranked by
+    out: str = f"{layout.STUDY}/ranking"
+    # the reference supernet: its space, shape and data define the study; the ranker `spos`
+    supernet: str = opt("", "the reference supernet run directory: its space, shape and data define the study, and "
+                            "it is the ranker spos", metavar="RUN", group="")
+    rankers: list[str] | None = opt(None, "rankers to compare (default spos): spos | NAME=RUN (another supernet run, "
+                                          "e.g. fair=runs/supernet-fair from `lvbert supernet train --sampling fair`, "
+                                          "or a few-shot directory) | short:N (N steps of stand-alone pre-training) | "
+                                          "zc:grad-norm | zc:snip | zc:synflow (zero-cost proxies)",
+                                    metavar="RANKER", group="")
+    num_archs: int | None = opt(None, "orders stratified by composition and placement (default 20; quick 3), plus "
+                                      "the baselines and the searched order", old="--archs", group="")
+    num_seeds: int | None = opt(None, "stand-alone pre-training seeds per order for the ground truth, --seed .. "
+                                      "--seed+N-1 (default 3; quick 2)", group="")
+    searched: str | None = opt(None, "a search directory or its best_arch.json: the searched order joins the "
+                                     "compared orders", metavar="DIR|FILE", group="")
+    baselines: bool = opt(True, "leave out bert, dynamicconv, sandwich, lvbert-small", group="")
+    val_masking: str = opt("full", "full: every validation token masked once over 7 rounds (default); fixed: the "
+                                   "split's fixed 15 %% masking (7x cheaper, noisier)", choices=["full", "fixed"],
+                           group="")
+    rank_by: str = opt("acc", "rank by validation MLM accuracy (default) or loss", choices=["acc", "loss"], group="")
 
 
 def _defaults(opts: RankingOptions) -> tuple[int, int]:

@@ -6,10 +6,12 @@ seeds) and counts, per seed, which strategy found the best architecture.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from .. import layout
 from ..errors import UserError
+from ..options import opt
 from ..atomic import write_json, write_text
 from ..safeio import read_json
 from ..search.defaults import STRATEGIES, VAL_TOKENS
@@ -25,12 +27,17 @@ RESULT = "search_study.json"
 class SearchStudyOptions(StudyOptions):
     TRAINS_MODELS = False
 
-    supernet: str = ""
-    num_seeds: int = 5
-    strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
-    population: int | None = None  # Algorithm 1's P, T (default 50, 20; quick 6, 3); k, N_cro, N_mut scale with P
-    iterations: int | None = None
-    val_tokens: int = VAL_TOKENS
+    out: str = f"{layout.STUDY}/search"
+    seed: int = opt(0, "seed of the study's searches and draws", group="")
+    supernet: str = opt("", "a trained supernet run directory", metavar="RUN", group="")
+    num_seeds: int = opt(5, "searches per strategy, seeds 0..N-1", old="--seeds", group="")
+    strategies: list[str] = opt(help=f"strategies to compare (default: {' '.join(STRATEGIES)})",
+                                default_factory=lambda: list(STRATEGIES), flag="--search", metavar="STRATEGY",
+                                group="")
+    # Algorithm 1's P, T (default 50, 20; quick 6, 3); k, N_cro, N_mut scale with P
+    population: int | None = opt(None, "Algorithm 1's P (default 50; quick 6)", group="")
+    iterations: int | None = opt(None, "Algorithm 1's T (default 20; quick 3)", group="")
+    val_tokens: int = opt(VAL_TOKENS, "validation tokens per candidate (as lvbert search run)", group="")
 
 
 def evolution_config(opts: SearchStudyOptions):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .. import layout
 from ..errors import UserError
+from ..options import opt
 from ..rundir import META, RunDir
 from .train import SupernetOptions
 
@@ -41,8 +42,16 @@ def is_fewshot(path) -> bool:
 
 @dataclasses.dataclass
 class FewShotOptions(SupernetOptions):
-    out: str = layout.FEWSHOT
-    split: str = "slot:0"
+    out: str = opt(layout.FEWSHOT, "few-shot directory (fewshot.json + one supernet run per sub-space)",
+                   old="--run-dir", metavar="DIR")
+    warm_start: str | None = opt(None, "the trained one-shot supernet to split", metavar="RUN", group="")
+    split: str = opt("slot:0", "the decision to split on: slot:I = slot I's layer type, one sub-supernet per type",
+                     metavar="slot:I", group="")
+    max_steps: int | None = opt(None, "training steps of each sub-supernet")
+
+
+# SupernetOptions a few-shot split does not take: each sub-supernet has the space, shape and sampling of its base
+NOT_FEWSHOT = ("space", "size", "sharing", "sampling", "fix")
 
 
 def train_fewshot(opts: FewShotOptions) -> dict:

@@ -13,6 +13,7 @@ from .. import layout
 from ..errors import UserError
 from ..trainer import state_digest
 from ..presets import presets
+from ..options import opt
 from ..training import TrainOptions, Training
 
 WEIGHTS = "supernet.safetensors"
@@ -23,12 +24,18 @@ class SupernetOptions(TrainOptions):
     PRESETS: ClassVar[dict[str, dict]] = presets("supernet")  # LV-BERT Table 5; tiny: ~10 min on 2 CPU cores
 
     out: str = layout.SUPERNET
-    space: str = "lvbert"
-    sharing: str | None = None
-    record_paths: bool = False  # write ranks/rank<r>.json with every sampled path and a weight digest
-    sampling: str = "spos"  # spos: one uniform path per step | fair: FairNAS, m paths covering every choice per step
-    warm_start: str | None = None  # start from this supernet run's weights (few-shot sub-supernets)
-    fix: list[str] | None = None  # LABEL=TYPE: slots every sampled path takes as given (a few-shot sub-space)
+    space: str = opt("lvbert", "search-space name or YAML", group="")
+    size: str | None = opt(None, "tiny | small | medium | base (default: the space's size)", group="")
+    seed: int = opt(0, "seed of the paths, batches and initialisation", group="")
+    sharing: str | None = opt(None, "cross-layer sharing (ALBERT)", choices=["none", "type"], group="")
+    sampling: str = opt("spos", "spos: one uniform path per step (default); fair: FairNAS strict fairness, the "
+                                "gradients of 4 paths that train every layer type of every slot once, then one step "
+                                "(4x the compute)", choices=["spos", "fair"], group="")
+    warm_start: str | None = opt(None, "start from this supernet run's weights (same space and shape)", metavar="RUN",
+                                 group="")
+    fix: list[str] | None = opt(None, "slots every sampled path takes as given, e.g. layer00=sa (a sub-space: "
+                                      "few-shot NAS)", metavar="LABEL=TYPE", group="")
+    record_paths: bool = opt(False, "write every sampled path and a weight digest per rank (debug/tests)", group="")
 
 
 # options an nnictl tuner may set in a supernet trial (values kept as sent)
