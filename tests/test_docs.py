@@ -53,9 +53,17 @@ def commands(block: str) -> list[list[str]]:
     return out
 
 
+def redirected(argv: list[str]) -> tuple[list[str], str | None]:
+    """`argv` without a trailing `> FILE`, and FILE (None without one)."""
+    if ">" in argv:
+        i = argv.index(">")
+        return argv[:i], argv[i + 1]
+    return argv, None
+
+
 def parse_error(argv: list[str]) -> str | None:
     """None when `argv` (a line of the docs) is a valid command as written, else why not."""
-    tool, *args = argv
+    tool, *args = redirected(argv)[0]
     if tool == "lvbert":
         err = io.StringIO()
         try:
@@ -130,8 +138,11 @@ def test_run_blocks_run_as_written(quickstart_copy, capsys):
             continue
         for argv in commands(text):
             assert argv[0] == "lvbert", f"{page}:{line}: a run block runs lvbert commands"
+            argv, stdout_file = redirected(argv)
             code = main(argv[1:])
-            err = capsys.readouterr().err
+            out, err = capsys.readouterr()
+            if stdout_file:
+                Path(stdout_file).write_text(out)
             assert code == 0, f"{page}:{line}: {shlex.join(argv)} exited {code}: {err.strip()[-500:]}"
             ran += 1
     assert ran >= 3
