@@ -148,6 +148,23 @@ def _help(o: Option) -> str:
     return f"{text} (default {_shown_default(o.default)})".replace("%", "%%").replace("%%%%", "%%")
 
 
+def add_actions(sub, name: str, help_: str, dest: str | None = None, metavar: str = "ACTION"):
+    """A command made of actions (`lvbert supernet train|few-shot`): the subparsers its actions are added to. Given
+    without an action it prints its help and exits 2."""
+    p = sub.add_parser(name, help=help_)
+    p.set_defaults(func=lambda args: p.print_help() or 2)
+    return p.add_subparsers(dest=dest or f"{name}_command", metavar=metavar)
+
+
+def add_command(sub, name: str, help_: str, options_cls, func, **kwargs) -> argparse.ArgumentParser:
+    """A command whose flags come from `options_cls` (`add_options`; kwargs: its skip/defaults) and that runs
+    `func(args)`."""
+    p = sub.add_parser(name, help=help_, description=kwargs.pop("description", None))
+    add_options(p, options_cls, **kwargs)
+    p.set_defaults(func=func)
+    return p
+
+
 def add_options(p: argparse.ArgumentParser, cls, skip: tuple[str, ...] = (), defaults: dict | None = None) -> None:
     """`cls`'s flags on parser `p` (one per option field, in its group's help section), `--config`,
     `--print-config` and `--json`; `skip` leaves out options this command does not offer, `defaults` changes

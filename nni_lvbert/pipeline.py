@@ -54,11 +54,10 @@ class PipelineOptions(DataOptions, StrategyOptions, RerankOptions, LatencyOption
 
 
 def register(sub) -> None:
-    from .cliargs import add_options
+    from .cliargs import add_command
 
-    p = sub.add_parser("run", help="whole pipeline: data -> supernet -> search -> best_arch.json + plot")
-    add_options(p, PipelineOptions)
-    p.set_defaults(func=run_cli)
+    add_command(sub, "run", "whole pipeline: data -> supernet -> search -> best_arch.json + plot", PipelineOptions,
+                run_cli)
 
 
 def run_cli(args) -> dict:

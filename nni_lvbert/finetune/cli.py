@@ -5,18 +5,16 @@ from .. import layout
 
 
 def register(sub) -> None:
-    from ..cliargs import add_options
+    from ..cliargs import add_command
     from .run import NOT_GLUE, FinetuneOptions
 
     if "finetune" not in sub.choices:
-        p = sub.add_parser("finetune", help="fine-tune a model directory on one task and evaluate it")
-        add_options(p, FinetuneOptions)
-        p.set_defaults(func=run_finetune)
+        add_command(sub, "finetune", "fine-tune a model directory on one task and evaluate it", FinetuneOptions,
+                    run_finetune)
     if "glue" not in sub.choices:
-        g = sub.add_parser("glue", help="fine-tune and evaluate on every GLUE task found in a folder (--data "
-                                        "GLUE_DIR with CoLA/ SST-2/ MRPC/ ...; --task: only these)")
-        add_options(g, FinetuneOptions, skip=NOT_GLUE, defaults={"out": layout.GLUE})
-        g.set_defaults(func=run_glue)
+        add_command(sub, "glue", "fine-tune and evaluate on every GLUE task found in a folder (--data GLUE_DIR with "
+                                 "CoLA/ SST-2/ MRPC/ ...; --task: only these)", FinetuneOptions, run_glue,
+                    skip=NOT_GLUE, defaults={"out": layout.GLUE})
 
 
 def _print(summary: dict) -> dict:

@@ -3,16 +3,13 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from ..cliargs import add_json_arg, add_options, add_out_arg
+    from ..cliargs import add_actions, add_command, add_json_arg, add_out_arg
     from ..layout import IOT
     from .train import IOTOptions
 
-    p = sub.add_parser("iot", help="instance-wise layer order: route each sequence to one of M candidate orders")
-    isub = p.add_subparsers(dest="iot_command", metavar="ACTION")
-
-    t = isub.add_parser("train", help="train shared weights + order predictor (NNI one-shot strategy)")
-    add_options(t, IOTOptions)
-    t.set_defaults(func=run_train)
+    isub = add_actions(sub, "iot", "instance-wise layer order: route each sequence to one of M candidate orders")
+    add_command(isub, "train", "train shared weights + order predictor (NNI one-shot strategy)", IOTOptions,
+                run_train)
 
     e = isub.add_parser("eval", help="order usage and validation MLM accuracy per order vs routed (JSON)")
     add_out_arg(e, IOT, "a finished `lvbert iot train` directory (eval.json is written there)")
@@ -20,10 +17,9 @@ def register(sub) -> None:
     e.add_argument("--batch-size", type=int, default=64, help="validation sequences per batch (default 64)")
     e.add_argument("--val-batches", type=int, default=None, help="only the first N validation batches")
     e.add_argument("--no-save", action="store_true", help="do not write RUN_DIR/eval.json")
-    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     add_json_arg(e)
     e.set_defaults(func=run_eval)
-    p.set_defaults(func=lambda args: p.print_help() or 2)
 
 
 def run_train(args) -> dict:
@@ -67,7 +63,7 @@ def run_eval(args) -> dict:
                         f"{model.config.vocab_size}")
     RunDir(args.out, "IOT").check_data_tokenizer(data.path)
     loader = MLMDataModule(data, batch_size=args.batch_size).val_dataloader()
-    stats = evaluate_iot(model, loader, max_batches=args.val_batches, progress=not args.no_progress)
+    stats = evaluate_iot(model, loader, max_batches=args.val_batches, progress=args.progress)
     stats = {"run_dir": str(args.out), "data": str(data.path), **stats}
     if not args.no_save:
         RunDir(args.out, "IOT").write_json("eval.json", stats)

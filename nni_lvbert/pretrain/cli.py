@@ -4,13 +4,11 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from ..cliargs import add_options
+    from ..cliargs import add_command
     from .train import PretrainOptions
 
-    p = sub.add_parser("pretrain", help="pre-train one architecture (MLM or ELECTRA, optional SOP) -> run directory "
-                                        "+ Hugging Face model")
-    add_options(p, PretrainOptions)
-    p.set_defaults(func=run_pretrain)
+    add_command(sub, "pretrain", "pre-train one architecture (MLM or ELECTRA, optional SOP) -> run directory + "
+                                 "Hugging Face model", PretrainOptions, run_pretrain)
 
 
 def run_pretrain(args) -> dict:

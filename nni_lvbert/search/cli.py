@@ -4,22 +4,18 @@ from __future__ import annotations
 import json
 import sys
 
-
 from ..layout import SEARCH_NNICTL as EXPORT_OUT, SUPERNET  # (`search export --out` default)
 from .defaults import BATCH_SIZE, VAL_TOKENS
 
 
 def register(sub) -> None:
-    from ..cliargs import DeprecatedAlias, add_flags, add_json_arg, add_options
+    from ..cliargs import DeprecatedAlias, add_actions, add_command, add_flags, add_json_arg
     from .options import LatencyOptions
     from .run import SearchOptions
 
-    p = sub.add_parser("search", help="architecture search over a trained supernet (evolution, baselines, nnictl)")
-    ssub = p.add_subparsers(dest="search_command", metavar="ACTION")
-
-    r = ssub.add_parser("run", help="search in process: best_arch.json, history.jsonl, search_curve.png")
-    add_options(r, SearchOptions)
-    r.set_defaults(func=run_cmd)
+    ssub = add_actions(sub, "search", "architecture search over a trained supernet (evolution, baselines, nnictl)")
+    add_command(ssub, "run", "search in process: best_arch.json, history.jsonl, search_curve.png", SearchOptions,
+                run_cmd)
 
     sc = ssub.add_parser("score", help="inherited-weight MLM accuracy of one architecture")
     sc.add_argument("--supernet", default=SUPERNET, help=f"supernet run directory (default {SUPERNET})")
@@ -101,8 +97,6 @@ def register(sub) -> None:
                         "deprecated spelling of the file itself)")
     add_json_arg(e)
     e.set_defaults(func=export_cmd)
-
-    p.set_defaults(func=lambda args: p.print_help() or 2)
 
 
 def run_cmd(args) -> dict:

@@ -15,16 +15,13 @@ STUDIES = {
 def register(sub) -> None:
     import importlib
 
-    from ..cliargs import add_options
+    from ..cliargs import add_actions, add_command
 
-    p = sub.add_parser("study", help="reproducible studies: supernet ranking, search strategies, downstream")
-    studies = p.add_subparsers(dest="study", metavar="STUDY")
+    studies = add_actions(sub, "study", "reproducible studies: supernet ranking, search strategies, downstream",
+                          dest="study", metavar="STUDY")
     for name, (module, cls, _, help_) in STUDIES.items():
-        s = studies.add_parser(name, help=help_, description=help_)
         options = getattr(importlib.import_module(module), cls)
-        add_options(s, options, skip=options.not_offered())
-        s.set_defaults(func=run_study)
-    p.set_defaults(func=lambda args: p.print_help() or 2)
+        add_command(studies, name, help_, options, run_study, description=help_, skip=options.not_offered())
 
 
 def run_study(args) -> dict:

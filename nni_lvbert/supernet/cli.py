@@ -3,21 +3,15 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from ..cliargs import add_options
+    from ..cliargs import add_actions, add_command
     from .fewshot import NOT_FEWSHOT, FewShotOptions
     from .train import SupernetOptions
 
-    p = sub.add_parser("supernet", help="pre-train the weight-sharing supernet (SPOS, MLM)")
-    ssub = p.add_subparsers(dest="supernet_command", metavar="ACTION")
-    t = ssub.add_parser("train", help="train a supernet into a run directory")
-    add_options(t, SupernetOptions)
-    t.set_defaults(func=run_train)
-
-    f = ssub.add_parser("few-shot", help="few-shot NAS: split a trained supernet on one slot's layer type into "
-                                         "sub-supernets, each warm-started from it and trained on its sub-space")
-    add_options(f, FewShotOptions, skip=NOT_FEWSHOT)
-    f.set_defaults(func=run_fewshot)
-    p.set_defaults(func=lambda args: p.print_help() or 2)
+    actions = add_actions(sub, "supernet", "pre-train the weight-sharing supernet (SPOS, MLM)")
+    add_command(actions, "train", "train a supernet into a run directory", SupernetOptions, run_train)
+    add_command(actions, "few-shot", "few-shot NAS: split a trained supernet on one slot's layer type into "
+                                     "sub-supernets, each warm-started from it and trained on its sub-space",
+                FewShotOptions, run_fewshot, skip=NOT_FEWSHOT)
 
 
 def run_train(args) -> dict:
