@@ -5,7 +5,7 @@ import json
 import sys
 
 from ..layout import SEARCH_NNICTL as EXPORT_OUT, SUPERNET  # (`search export --out` default)
-from .defaults import BATCH_SIZE, VAL_TOKENS
+from .defaults import VAL_TOKENS
 
 
 def register(sub) -> None:
@@ -18,15 +18,8 @@ def register(sub) -> None:
                 run_cmd)
 
     sc = ssub.add_parser("score", help="inherited-weight MLM accuracy of one architecture")
-    sc.add_argument("--supernet", default=SUPERNET, help=f"supernet run directory (default {SUPERNET})")
     sc.add_argument("--arch", required=True, help="compact string, name, NNI dict JSON or best_arch.json")
-    sc.add_argument("--val-tokens", type=int, default=VAL_TOKENS,
-                    help=f"validation tokens the architecture is scored on (default {VAL_TOKENS})")
-    sc.add_argument("--batch-size", type=int, default=BATCH_SIZE,
-                    help=f"validation sequences per batch (default {BATCH_SIZE})")
-    sc.add_argument("--data", default=None, metavar="DIR",
-                    help="prepared data directory (default: the one in the supernet's meta.json)")
-    sc.add_argument("--device", default="auto", help="auto (GPU if visible) | cpu | cuda[:N] | mps (default auto)")
+    add_flags(sc, SearchOptions, only=("supernet", "val_tokens", "batch_size", "data", "device"))
     sc.add_argument("--val-masking", choices=["fixed", "full"], default="fixed",
                     help="fixed: the split's fixed 15 %% masking (default, the search's); full: every token masked "
                          "once over 7 disjoint rounds (7x the time, about 2.6x smaller standard errors)")
