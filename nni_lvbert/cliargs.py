@@ -177,7 +177,7 @@ def add_options(p: argparse.ArgumentParser, cls, skip: tuple[str, ...] = (), def
     g.add_argument("--print-config", action="store_true",
                    help="print this command's options (defaults, --config and the flags given) as YAML and exit")
     add_json_arg(p)
-    p.set_defaults(options_cls=cls)
+    p.set_defaults(options_cls=cls, options_skip=tuple(skip))
 
 
 def add_flags(p, cls, skip: tuple[str, ...] = (), defaults: dict | None = None,
@@ -229,7 +229,7 @@ def options_from_args(cls, args, **extra):
     given = set(getattr(args, "given", ()))
     config = getattr(args, "config", None)
     if config:
-        for name, value in read_config(cls, config).items():
+        for name, value in read_config(cls, config, getattr(args, "options_skip", ())).items():
             if name not in given:
                 setattr(args, name, value)
                 given.add(name)
@@ -248,7 +248,7 @@ def options_from_args(cls, args, **extra):
     return cls(**values)
 
 
-def read_config(cls, path: str) -> dict:
+def read_config(cls, path: str, skip: tuple[str, ...] = ()) -> dict:
     """The options a --config YAML file sets, checked: one `error:` line for an unreadable file, an unknown key or a
     value of the wrong type. Nested groups may be written nested (`evolution: {population: 8}`) or flat."""
     import yaml
@@ -261,7 +261,7 @@ def read_config(cls, path: str) -> dict:
         raise UserError(f"--config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise UserError(f"--config {path}: expected a mapping of option names to values, got {type(data).__name__}")
-    options = {o.name: o for o in options_of(cls)}
+    options = {o.name: o for o in options_of(cls) if o.name not in skip}
     parents = {o.parent for o in options.values() if o.parent}
     flat = {}
     for key, value in data.items():
@@ -328,6 +328,8 @@ def config_yaml(cls, args) -> str:
     opts = options_from_args(cls, args)
     out: dict = {}
     for o in options_of(cls):
+        if o.name in getattr(args, "options_skip", ()):
+            continue
         value = getattr(getattr(opts, o.parent), o.name) if o.parent else getattr(opts, o.name)
         (out.setdefault(o.parent, {}) if o.parent else out)[o.name] = value
     return yaml.safe_dump(out, sort_keys=False, allow_unicode=True).rstrip()

@@ -1,6 +1,10 @@
 """The docs' commands as written. Every code block of the user guide (docs/index.md, docs/guide/*.md) is marked:
 
     <!-- docs-test: run -->            its commands run here, in a temp copy of the quickstart's layout (tiny)
+    <!-- docs-test: tiny -->           its commands run as written at tiny settings, one block after another as a
+                                       newcomer follows the guide: in a copy of a tiny quickstart's outputs (made by
+                                       the guide's own commands), without the directories the block writes itself;
+                                       step counts and budgets shrunk (`TINY`, through --config and given values)
     <!-- docs-test: parse REASON -->   not run (REASON: minutes of training, nnictl, a GPU, ...): every `lvbert` line
                                        must parse with the real CLI, every script it names must exist
     <!-- docs-test: skip REASON -->    not checked (installs, the two top-level scripts, Python snippets)
@@ -10,6 +14,7 @@ parsed the same way. `mkdocs build --strict` (in .ci/run) checks links and ancho
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import re
@@ -23,7 +28,7 @@ from nni_lvbert.cli import build_parser, main
 REPO = Path(__file__).resolve().parent.parent
 PAGES = [REPO / "docs" / "index.md", *sorted((REPO / "docs" / "guide").glob("*.md"))]
 BLOCK = re.compile(r"(?:<!-- docs-test: (\w+)\s*(.*?)\s*-->\n)?```(\w*)\n(.*?)```", re.S)
-MARKS = {"run", "parse", "skip"}
+MARKS = {"run", "tiny", "parse", "skip"}
 SEARCHED = "fccfgfcccgsssfsggcsgfcgc"  # the quickstart's winner (docs/results.md)
 
 
@@ -93,8 +98,8 @@ def test_the_guide_has_blocks_of_every_kind():
 
 @pytest.mark.parametrize("page,line,mark,reason,lang,text", ALL, ids=[f"{b[0].name}:{b[1]}" for b in ALL])
 def test_every_block_is_marked_and_its_commands_parse(page, line, mark, reason, lang, text):
-    assert mark in MARKS, f"{page}:{line}: mark the block <!-- docs-test: run|parse REASON|skip REASON -->"
-    assert mark == "run" or reason, f"{page}:{line}: `{mark}` needs a reason"
+    assert mark in MARKS, f"{page}:{line}: mark the block <!-- docs-test: run|tiny|parse REASON|skip REASON -->"
+    assert mark in ("run", "tiny") or reason, f"{page}:{line}: `{mark}` needs a reason"
     if mark == "skip":
         return
     assert lang == "bash", f"{page}:{line}: only bash blocks can be run or parsed"
@@ -150,3 +155,121 @@ def test_run_blocks_run_as_written(quickstart_copy, capsys):
     search_yml = (quickstart_copy / "my-exp" / "search.yml").read_text()
     assert str((quickstart_copy / "runs" / "quickstart" / "supernet").resolve()) in search_yml
     assert "LVBERT_SUPERNET:-" not in search_yml.split("trialCommand:")[1].splitlines()[0]
+
+
+# --- tiny blocks: the guide's training commands, as written, at tiny settings ---------------------------------------
+# option values every tiny block runs with (those of each command's options class, through --config), and the
+# values that replace the same options where a command gives them (a step count is a number, not the path tested)
+TINY = {"max_steps": 4, "supernet_max_steps": 4, "pretrain_max_steps": 4, "warmup_steps": 1, "val_every": 2,
+        "val_batches": 2, "ckpt_every": 2, "max_docs": 200, "population": 4, "iterations": 2, "topk": 2,
+        "crossover": 2, "mutation": 2, "val_tokens": 512, "rerank_steps": 4, "max_train_examples": 32,
+        "epochs": 1.0, "batch_size": 8}
+GIVEN_ONLY = {"rerank": 2}  # replaced where given, never added (it switches a stage on)
+# what the tiny quickstart is made of: the guide's own first commands (run, pretrain, IOT pages)
+QUICKSTART = ["lvbert run --size tiny --out runs/quickstart",
+              "lvbert pretrain --arch runs/quickstart/search/best_arch.json --size tiny --out runs/quickstart/pretrain",
+              "lvbert iot train --supernet runs/quickstart/supernet --orders-from runs/quickstart/search --m 4 "
+              "--out runs/quickstart/iot"]
+
+
+def _tiny_argv(argv: list[str], config_dir: Path) -> tuple[list[str], str | None, argparse.Namespace]:
+    """`argv` (lvbert ...) at tiny settings: given TINY options replaced, the rest through --config."""
+    import yaml
+
+    from nni_lvbert.cliargs import options_of
+
+    argv, stdout_file = redirected(argv)
+    args = build_parser().parse_args(argv[1:])
+    cls = getattr(args, "options_cls", None)
+    if cls is None:
+        return argv, stdout_file, args
+    flags = {}
+    for o in options_of(cls):
+        for action in build_parser_actions(argv):
+            if action.dest == o.name:
+                flags.update(dict.fromkeys(action.option_strings, o.name))
+    out = list(argv)
+    for i, tok in enumerate(out[:-1]):
+        name = flags.get(tok.split("=", 1)[0])
+        if name in {**TINY, **GIVEN_ONLY} and "=" not in tok:
+            out[i + 1] = str({**TINY, **GIVEN_ONLY}[name])
+    offered = {o.name for o in options_of(cls)} - set(args.options_skip)
+    values = {name: TINY[name] for name in offered if name in TINY}
+    if "--supernet" in out:  # the supernet's prepared data, not a corpus of its own
+        values.pop("max_docs", None)
+    if values and "--config" not in out and not getattr(args, "resume", False):  # a resumed run has its options: nothing is added
+        config = config_dir / f"tiny-{cls.__name__}.yaml"
+        config.write_text(yaml.safe_dump(values))
+        out += ["--config", str(config)]
+    return out, stdout_file, build_parser().parse_args(out[1:])
+
+
+def build_parser_actions(argv: list[str]):
+    """The actions of the (sub)parser that parses `argv`."""
+    parser = build_parser()
+    for word in argv[1:]:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is None or word not in sub.choices:
+            break
+        parser = sub.choices[word]
+    return parser._actions
+
+
+def run_tiny(argv: list[str], capsys, where: str, config_dir: Path) -> None:
+    argv, stdout_file, _ = _tiny_argv(argv, config_dir)
+    code = main(argv[1:])
+    out, err = capsys.readouterr()
+    if stdout_file:
+        Path(stdout_file).write_text(out)
+    assert code == 0, f"{where}: {shlex.join(argv)} exited {code}: {err.strip()[-800:]}"
+
+
+@pytest.fixture(scope="module")
+def tiny_quickstart(tmp_path_factory, one_thread):
+    """A tiny quickstart's outputs (runs/quickstart/{supernet,search,pretrain,iot}), made by the guide's commands."""
+    import os
+
+    root = tmp_path_factory.mktemp("guide")
+    before = os.getcwd()
+    os.chdir(root)
+    try:
+        capsys = _NoCapture()
+        for line in QUICKSTART:
+            run_tiny(shlex.split(line), capsys, "quickstart", root)
+    finally:
+        os.chdir(before)
+    return root
+
+
+class _NoCapture:
+    """capsys' readouterr for module-scoped work (pytest's capsys is per test): output goes to the test log."""
+
+    def readouterr(self):
+        return "", ""
+
+
+TINY_BLOCKS = [b for b in ALL if b[2] == "tiny"]
+
+
+@pytest.mark.parametrize("page,line,mark,reason,lang,text", TINY_BLOCKS,
+                         ids=[f"{b[0].name}:{b[1]}" for b in TINY_BLOCKS])
+def test_tiny_blocks_run_as_written(tiny_quickstart, tmp_path, monkeypatch, capsys, page, line, mark, reason, lang,
+                                    text):
+    import shutil
+
+    work = tmp_path / "work"
+    shutil.copytree(tiny_quickstart, work, symlinks=True)
+    monkeypatch.chdir(work)
+    at_start = {p for p in Path("runs").rglob("*") if p.is_dir()}
+    for argv in commands(text):
+        assert argv[0] == "lvbert", f"{page}:{line}: a tiny block runs lvbert commands"
+        _, _, args = _tiny_argv(argv, tmp_path)
+        out = Path(args.out) if getattr(args, "options_cls", None) and not getattr(args, "resume", False) else None
+        if out is not None and out in at_start and out.exists():
+            shutil.rmtree(out)  # the block makes this directory itself: start where its reader stands
+        run_tiny(argv, capsys, f"{page}:{line}", tmp_path)
+
+
+def test_every_training_page_has_a_tiny_block():
+    pages = {b[0].name for b in TINY_BLOCKS}
+    assert {"run.md", "supernet.md", "search.md", "iot.md", "pretrain.md", "finetune.md", "hf.md"} <= pages

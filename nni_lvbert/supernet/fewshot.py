@@ -50,8 +50,9 @@ class FewShotOptions(SupernetOptions):
     max_steps: int | None = opt(None, "training steps of each sub-supernet")
 
 
-# SupernetOptions a few-shot split does not take: each sub-supernet has the space, shape and sampling of its base
-NOT_FEWSHOT = ("space", "size", "sharing", "sampling", "fix")
+# SupernetOptions a few-shot split does not take: each sub-supernet has the space, shape, sampling and prepared data
+# (or --data) of its base
+NOT_FEWSHOT = ("space", "size", "sharing", "sampling", "fix", "corpus", "tokenizer", "max_docs")
 
 
 def train_fewshot(opts: FewShotOptions) -> dict:
