@@ -38,7 +38,13 @@ def validation_history(history: list, record=None, reporter=None, report=None):
     """The one validation-history callback. After every validation (sanity checks aside) it appends
     {"step": global step, **record(trainer, pl_module)} to `history` (for meta.json and the curves; `record`
     defaults to every val_* metric Lightning holds; a record of None is skipped) and, as an nnictl trial, sends
-    `report(record, pl_module)` (default: its val_mlm_acc) to NNI through `reporter` as an intermediate result."""
+    `report(record, pl_module)` (default: its val_mlm_acc) to NNI through `reporter` as an intermediate result.
+
+    It keeps the history and the training seconds so far in every checkpoint (Lightning saves a callback's
+    `state_dict`), so a run resumed after kill -9 still has the validations and the time of the sessions before:
+    `restored` is then True and `seconds_before` the time up to the checkpoint."""
+    import time
+
     import pytorch_lightning as pl
 
     def val_metrics(trainer, pl_module) -> dict | None:
@@ -46,6 +52,23 @@ def validation_history(history: list, record=None, reporter=None, report=None):
         return rec or None
 
     class ValidationHistory(pl.Callback):
+        restored = False
+        seconds_before = 0.0
+
+        def __init__(self):
+            self.start = time.time()
+
+        @property
+        def state_key(self) -> str:
+            return "ValidationHistory"
+
+        def state_dict(self) -> dict:
+            return {"history": list(history), "train_seconds": self.seconds_before + time.time() - self.start}
+
+        def load_state_dict(self, state: dict) -> None:
+            history[:] = state.get("history", [])
+            self.seconds_before, self.start, self.restored = state.get("train_seconds", 0.0), time.time(), True
+
         def on_validation_end(self, trainer, pl_module):
             if trainer.sanity_checking:
                 return
@@ -98,12 +121,14 @@ def compile_callback(backend: str):
     return Compile()
 
 
-def atomic_checkpoint_callback(run_dir: Path, every: int):
+def atomic_checkpoint_callback(run_dir: Path, every: int, val_every: int | None = None):
     import pytorch_lightning as pl
 
     class AtomicLastCheckpoint(pl.Callback):
         """checkpoints/last.ckpt every N steps, written to a temp file then renamed: a kill -9 never leaves a
-        truncated checkpoint behind."""
+        truncated checkpoint behind. At a step that also validates it is written after the validation (as
+        Lightning's ModelCheckpoint does), so the checkpoint holds that validation's record (`validation_history`);
+        it runs after the other callbacks (last in the list), whose states it saves."""
 
         def _save(self, trainer):
             final = run_dir / "checkpoints" / "last.ckpt"
@@ -113,7 +138,12 @@ def atomic_checkpoint_callback(run_dir: Path, every: int):
                 os.replace(tmp, final)
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            if trainer.global_step % every == 0:
+            validates = bool(val_every) and trainer.global_step % val_every == 0
+            if trainer.global_step % every == 0 and not validates:
+                self._save(trainer)
+
+        def on_validation_end(self, trainer, pl_module):
+            if trainer.state.fn == "fit" and not trainer.sanity_checking and trainer.global_step % every == 0:
                 self._save(trainer)
 
         def on_train_end(self, trainer, pl_module):
@@ -139,8 +169,9 @@ def build_trainer(run_dir: Path, *, max_steps: int, devices, n_devices: int, acc
         num_sanity_val_steps=0,
         logger=[CSVLogger(run_dir / "logs", name="", version=_free_name(run_dir / "logs", "csv")),
                 TensorBoardLogger(run_dir / "logs", name="", version="tensorboard")],
-        callbacks=[atomic_checkpoint_callback(run_dir, ckpt_every), *([progress_bar()] if progress else []),
-                   *([module_summary()] if model_summary else []), *callbacks], enable_checkpointing=False,
+        callbacks=[*([progress_bar()] if progress else []), *([module_summary()] if model_summary else []), *callbacks,
+                   atomic_checkpoint_callback(run_dir, ckpt_every, val_every if val_batches else None)],
+        enable_checkpointing=False,
         enable_progress_bar=progress, enable_model_summary=False,  # ours, module_summary(), when model_summary
         log_every_n_steps=10,
         use_distributed_sampler=False,  # MLMDataModule shards each global batch over ranks itself

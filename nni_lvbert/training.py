@@ -339,10 +339,18 @@ class Training:
         history = validation_history(self.history, record, self.reporter, report)
         result = fit(self.run, self.opts, module, datamodule, callbacks=[history, *callbacks], history=self.history,
                      space=space, strategy=strategy)
+        if history.restored:  # the checkpoint carried the earlier sessions' validations and time (kill -9 too)
+            session = result.train_seconds - result.previous.get("train_seconds", 0.0)
+            result.train_seconds = history.seconds_before + session
         trainer = result.trainer
+
+        def validations() -> list:
+            return list(self.history) if history.restored else result.previous.get("validation", []) + self.history
+
+        result.validation = validations()
         if not any(h["step"] == trainer.global_step for h in result.validation):
             trainer.validate(trainer.lightning_module, datamodule=datamodule, verbose=False)
-            result.validation = result.previous.get("validation", []) + list(self.history)
+            result.validation = validations()
         return result
 
     def finish(self, result: FitResult, data, extra: dict, final=None) -> dict:

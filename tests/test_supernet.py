@@ -180,8 +180,16 @@ def test_resume_after_kill9_replays_the_uninterrupted_run(tmp_path, trained, tra
                                    run / "checkpoints" / "last.ckpt", 3, steps)
     assert killed_at is not None, "training finished before it could be killed"
     assert not (run / "supernet.safetensors").exists()
+    before = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    seconds_before = before["callbacks"]["ValidationHistory"]["train_seconds"]
     # exactly the docs' resume line (docs/guide/supernet.md): every option comes from the run directory
     assert main(["supernet", "train", "--out", str(run), "--resume"]) == 0
+    # the killed session's validations and time are kept (the checkpoint carries them)
+    full, resumed_meta = (json.loads((d / "meta.json").read_text()) for d in (trained, run))
+    assert [v["step"] for v in resumed_meta["validation"]] == [v["step"] for v in full["validation"]]
+    for a_, b_ in zip(full["validation"], resumed_meta["validation"]):
+        assert abs(a_["val_mlm_acc"] - b_["val_mlm_acc"]) < 1e-4
+    assert seconds_before > 0 and resumed_meta["train_seconds"] > seconds_before
 
     from safetensors.torch import load_file
 
