@@ -83,8 +83,7 @@ class FinetuneModule(pl.LightningModule):
     """Wraps a transformers sequence-classification model; validates every dev set, keeps the curve."""
 
     def __init__(self, model, task, dev_names: list[str], lr: float, total_steps: int, warmup_fraction: float,
-                 weight_decay: float, layer_decay: float, adam_eps: float, steps_per_epoch: int, history_path=None,
-                 seed: int = 0):
+                 weight_decay: float, layer_decay: float, adam_eps: float, steps_per_epoch: int, seed: int = 0):
         super().__init__()
         self.seed = seed
         self.model, self.task, self.dev_names = model, task, dev_names
@@ -92,8 +91,7 @@ class FinetuneModule(pl.LightningModule):
         self.hp = dict(lr=lr, total_steps=total_steps, warmup_fraction=warmup_fraction, weight_decay=weight_decay,
                        decay=layer_decay, eps=adam_eps)
         self.steps_per_epoch = steps_per_epoch
-        self.history: list[dict] = []  # also written to history_path after every validation (resume reads it)
-        self.history_path = history_path
+        self.last_record: dict | None = None  # the latest validation, taken by the run's validation history
         self._preds: dict[int, list] = {}
         self._labels: dict[int, list] = {}
 
@@ -119,26 +117,12 @@ class FinetuneModule(pl.LightningModule):
         self._preds.setdefault(dataloader_idx, []).append(pred.float().cpu().numpy())
         self._labels.setdefault(dataloader_idx, []).append(labels.float().cpu().numpy())
 
-    def on_train_start(self):
-        """A run resumed from a checkpoint written at an epoch's last step, just before that epoch's validation
-        (the kill came in between): validate now, so the curve misses no epoch."""
-        step = self.trainer.global_step
-        if step and step % self.steps_per_epoch == 0 and not any(h["step"] == step for h in self.history):
-            was_training = self.model.training
-            self.model.eval()
-            with torch.no_grad():
-                for i, loader in enumerate(self.trainer.datamodule.val_dataloader()):
-                    for batch in loader:
-                        self.validation_step({k: v.to(self.device) for k, v in batch.items()}, 0, i)
-            self.model.train(was_training)
-            self._record()
-
     def on_validation_epoch_end(self):
         if self.trainer.sanity_checking:
             self._preds, self._labels = {}, {}
             return
         self._record()
-        self.log("dev_score", self.history[-1]["score"], prog_bar=True, rank_zero_only=True)
+        self.log("dev_score", self.last_record["score"], prog_bar=True, rank_zero_only=True)
 
     def _record(self):
         dev = {}
@@ -149,29 +133,20 @@ class FinetuneModule(pl.LightningModule):
         self._remember(M.task_score(dev), dev)
 
     def _remember(self, score: float, dev: dict) -> None:
-        """One validation in the dev curve, also written to history_path (DDP: by rank 0) for --resume."""
+        """One validation of the dev curve, for the run's validation history (`take_record`)."""
         epoch = round(self.trainer.global_step / self.steps_per_epoch, 3)
-        self.history.append({"step": self.trainer.global_step, "epoch": epoch, "score": score, "dev": dev})
-        if self.history_path is not None and self.trainer.is_global_zero:
-            from ..atomic import write_json
+        self.last_record = {"epoch": epoch, "score": score, "dev": dev}
 
-            write_json(self.history_path, {"history": self.history})
+    def take_record(self) -> dict | None:
+        """The latest validation's record, once (`trainer.validation_history`'s `record`)."""
+        record, self.last_record = self.last_record, None
+        return record
 
     def configure_optimizers(self):
         opt, sched = optimizer_and_schedule(self.model, self.hp["lr"], self.hp["total_steps"],
                                             self.hp["warmup_fraction"], self.hp["weight_decay"], self.hp["decay"],
                                             self.hp["eps"])
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-
-    def on_load_checkpoint(self, checkpoint):
-        """The validations up to the checkpoint's step (one may have run just after the checkpoint was written)."""
-        from pathlib import Path
-
-        from ..safeio import read_json
-
-        if self.history_path is not None and Path(self.history_path).is_file():
-            step = checkpoint.get("global_step", 0)
-            self.history = [h for h in read_json(self.history_path)["history"] if h["step"] <= step]
 
 
 class SequenceAdapter:

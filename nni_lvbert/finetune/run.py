@@ -2,7 +2,7 @@
 
     OUT/options.json                  the options (what --resume continues with)
     OUT/<task>/seed<k>/               a training run directory (nni_lvbert.training conventions):
-        options.json, checkpoints/last.ckpt (while running), logs/, history.json, meta.json (when finished),
+        options.json, checkpoints/last.ckpt (while running), logs/, meta.json (when finished),
         model/ (--save-model: the fine-tuned model, `from_pretrained` loads it with its head and labels)
     OUT/results.json, results.md      median over seeds and every seed's value, per task (+ GLUE score)
     OUT/dev_curve.png                 dev score per epoch, one line per seed, one panel per task
@@ -27,6 +27,7 @@ from ..errors import UserError
 from ..options import OutputOptions, launcher_is_rank_zero, opt, to_dict
 from ..atomic import write_json
 from ..rundir import RunDir
+from ..trainer import validation_history
 from ..training import HardwareOptions, TrainOptions, check_compile_backend, fit, no_library_progress_bars, parse_devices
 from . import metrics as M
 from .recipe import DECAY, default_lr
@@ -249,12 +250,13 @@ def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path:
             hf_logging.set_verbosity(verbosity)
     module = adapter.module(model, task, dm, lr=ropts.lr, total_steps=total, warmup_fraction=opts.warmup_fraction,
                             weight_decay=opts.weight_decay, layer_decay=opts.layer_decay, adam_eps=opts.adam_eps,
-                            steps_per_epoch=spe, history_path=run / "history.json", seed=seed)
-    result = fit(run, ropts, module, dm)
-    history = module.history
+                            steps_per_epoch=spe, seed=seed)
+    # the dev curve: every validation's record, kept in the checkpoints (a resumed run has the earlier ones)
+    history: list[dict] = []
+    result = fit(run, ropts, module, dm, history=history,
+                 callbacks=[validation_history(history, lambda trainer, m: m.take_record())])
     if not history or history[-1]["step"] != total:  # the last step was not a validation step
         result.trainer.validate(module, datamodule=dm, verbose=False)
-        history = module.history
     final = history[-1]
     meta = {"task": task.name, "seed": seed, "steps": total, "epochs": epochs, "steps_per_epoch": spe,
             "train_seconds": result.train_seconds, **counts,
