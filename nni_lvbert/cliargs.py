@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -98,7 +99,7 @@ class Option:
     def base(self):
         """The annotation without `| None`."""
         args = [a for a in typing.get_args(self.type) if a is not type(None)]
-        if typing.get_origin(self.type) in (typing.Union, __import__("types").UnionType) and len(args) == 1:
+        if typing.get_origin(self.type) in (typing.Union, types.UnionType) and len(args) == 1:
             return args[0]
         return self.type
 
@@ -145,7 +146,8 @@ def _help(o: Option) -> str:
     text = o.meta["help"]
     if o.default is None or isinstance(o.default, bool) or o.default in ("", []) or "default" in text:
         return text
-    return f"{text} (default {_shown_default(o.default)})".replace("%", "%%").replace("%%%%", "%%")
+    default = _shown_default(o.default).replace("%", "%%")  # argparse formats help with %: escape the value's
+    return f"{text} (default {default})"
 
 
 def add_actions(sub, name: str, help_: str, dest: str | None = None, metavar: str = "ACTION"):
