@@ -46,12 +46,6 @@ class DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, self.store_const if self.store_const is not None else values)
 
 
-def add_out_arg(p, default: str, help_: str) -> None:
-    """--out of a command without an options class (`iot eval`): spelled as `OutputOptions.out`."""
-    p.add_argument("--out", "--run-dir", dest="out", default=default, action=DeprecatedAlias, old="--run-dir",
-                   new="--out", metavar="DIR", help=f"{help_} (default {default})")
-
-
 def add_json_arg(p) -> None:
     """Every command that prints a result takes --json; its function returns the result as a dict (cli.main prints
     it with `print_result`)."""

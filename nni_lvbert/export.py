@@ -13,31 +13,32 @@ sequence length; needs onnx and onnxscript, and onnxruntime for the check of its
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UserError
+from .options import opt
+
+
+@dataclass
+class ExportOptions:
+    supernet: str | None = opt(None, "a finished `lvbert supernet train` (or `lvbert iot train`) run directory",
+                               metavar="RUN")
+    arch: str | None = opt(None, "compact string (ccsf...), digits, name, NNI dict JSON or best_arch.json; for an "
+                                 "IOT run one of its orders (default: its most used order)")
+    out: str | None = opt(None, "model directory to write (with --supernet)", metavar="DIR")
+    overwrite: bool = opt(False, "replace a non-empty --out")
+    onnx: bool = opt(False, "also write model.onnx into the model directory (torch.onnx dynamo exporter, dynamic "
+                            "batch and sequence; needs onnx, onnxscript, and onnxruntime to check it)")
+    model: str | None = opt(None, "instead of --supernet: an existing LV-BERT model directory (lvbert pretrain/"
+                                  "finetune output) to write model.onnx into (with --onnx)", metavar="DIR")
 
 
 def register(sub) -> None:
-    from .cliargs import add_json_arg
+    from .cliargs import add_command
 
-    p = sub.add_parser("export", help="a subnet of a supernet/IOT run -> Hugging Face model directory "
-                                      "(config.json, model.safetensors, tokenizer, code)")
-    p.add_argument("--supernet", default=None, metavar="RUN",
-                   help="a finished `lvbert supernet train` (or `lvbert iot train`) run directory")
-    p.add_argument("--arch", default=None,
-                   help="compact string (ccsf...), digits, name, NNI dict JSON or best_arch.json; for an IOT run "
-                        "one of its orders (default: its most used order)")
-    p.add_argument("--out", default=None, metavar="DIR", help="model directory to write (with --supernet)")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
-    p.add_argument("--onnx", action="store_true",
-                   help="also write model.onnx into the model directory (torch.onnx dynamo exporter, dynamic batch "
-                        "and sequence; needs onnx, onnxscript, and onnxruntime to check it)")
-    p.add_argument("--model", default=None, metavar="DIR",
-                   help="instead of --supernet: an existing LV-BERT model directory (lvbert pretrain/finetune "
-                        "output) to write model.onnx into (with --onnx)")
-    add_json_arg(p)
-    p.set_defaults(func=run)
+    add_command(sub, "export", "a subnet of a supernet/IOT run -> Hugging Face model directory (config.json, "
+                               "model.safetensors, tokenizer, code)", ExportOptions, run)
 
 
 def is_iot_run(path) -> bool:

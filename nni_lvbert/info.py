@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass
 
 from .arch import Arch
 from .config import ModelConfig, SpaceSpec, load_size, load_space
+from .errors import UserError
+from .options import opt
 
 
 def _numel(module) -> int:
@@ -48,23 +51,27 @@ def describe(arch, size: str, space: SpaceSpec, **overrides) -> dict:
     }
 
 
-def register(sub) -> None:
-    from .cliargs import add_json_arg
+@dataclass
+class InfoOptions:
+    arch: str | None = opt(None, "compact string (ccsf...), digits (0/1/2), name (bert, dynamicconv, sandwich, "
+                                 "lvbert-small), NNI dict JSON or a best_arch.json path (required)")
+    size: str = opt("small", "tiny | small | medium | base (default small; defined in a checkout's "
+                             "search_spaces/sizes.yaml, in an installed package's nni_lvbert/search_spaces/sizes.yaml)")
+    space: str = opt("lvbert", "search-space name or YAML path")
+    vocab_size: int | None = opt(None, "override the size's vocabulary")
+    sharing: str | None = opt(None, "cross-layer sharing (ALBERT)", choices=["none", "type"])
 
-    p = sub.add_parser("info", help="parameter counts of an architecture at a model size")
-    p.add_argument("--arch", required=True, help="compact string (ccsf...), digits (0/1/2), name "
-                   "(bert, dynamicconv, sandwich, lvbert-small), NNI dict JSON or a best_arch.json path")
-    p.add_argument("--size", default="small",
-                   help="tiny | small | medium | base (default small; defined in a checkout's "
-                        "search_spaces/sizes.yaml, in an installed package's nni_lvbert/search_spaces/sizes.yaml)")
-    p.add_argument("--space", default="lvbert", help="search-space name or YAML path (default: lvbert)")
-    p.add_argument("--vocab-size", type=int, default=None, help="override the size's vocabulary")
-    p.add_argument("--sharing", choices=["none", "type"], default=None, help="cross-layer sharing (ALBERT)")
-    add_json_arg(p)
-    p.set_defaults(func=run)
+
+def register(sub) -> None:
+    from .cliargs import add_command
+
+    add_command(sub, "info", "parameter counts of an architecture at a model size", InfoOptions, run)
 
 
 def run(args) -> int:
+    if not args.arch:
+        raise UserError("give the architecture with --arch (letters such as ccsf..., a name such as bert, or a "
+                        "best_arch.json)")
     info = describe(args.arch, args.size, load_space(args.space), vocab_size=args.vocab_size, sharing=args.sharing)
     if args.json:
         print(json.dumps(info, indent=2))

@@ -4,45 +4,47 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 
+from ..options import opt
 from .split import DEFAULT_VAL_FRACTION
 
 DOC_BY_HELP = ("text files: what one document is; auto (default): blank-line-separated paragraphs, or lines when a "
                "file has no blank line")
 
 
+@dataclass
+class PrepareOptions:
+    corpus: list[str] | None = opt(None, "text/jsonl/parquet files, folders or globs, or one hub dataset "
+                                         "NAME[:CONFIG]; default: the embedded corpus", metavar="SRC")
+    size: str = opt("small", "model size giving vocab_size/max_length defaults", metavar="NAME")
+    vocab_size: int | None = opt(None, "WordPiece vocabulary size (default: from --size)", metavar="N")
+    max_length: int | None = opt(None, "tokens per packed sequence (default: from --size)", metavar="N")
+    tokenizer: str | None = opt(None, "use this tokenizer directory or vocab.txt instead of training one",
+                                metavar="PATH")
+    cased: bool = opt(False, "do not lower-case (trained tokenizer / vocab.txt)")
+    val_fraction: float = opt(DEFAULT_VAL_FRACTION, "share of documents held out", metavar="F")
+    data_seed: int = opt(0, "seed of the fixed validation masking", old="--seed", metavar="N")
+    mlm_probability: float = opt(0.15, "masking rate", metavar="P")
+    text_column: str = opt("text", "jsonl/parquet/hub column holding the text", metavar="NAME")
+    doc_by: str = opt("auto", DOC_BY_HELP, choices=["auto", "paragraph", "line", "file"])
+    encoding_errors: str = opt("strict", "non-UTF-8 text files: refuse (strict, default) or decode bad bytes as "
+                                         "U+FFFD (replace)", choices=["strict", "replace"])
+    max_docs: int | None = opt(None, "use only the first N documents (quick runs)", metavar="N")
+    num_proc: int | None = opt(None, "worker processes for tokenizing (default: automatic)", metavar="N")
+    cache_dir: str | None = opt(None, "cache root (default $LVBERT_CACHE or ~/.cache/nni-lvbert)", metavar="DIR")
+
+
 def register(subparsers) -> None:
-    from ..cliargs import DeprecatedAlias, add_json_arg
+    from ..cliargs import add_command
 
     data = subparsers.add_parser("data", help="prepare corpus, tokenizer and cached MLM splits",
                                  description="Data pipeline commands.")
     data.set_defaults(func=lambda args: _usage(data))
     sub = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
-    p = sub.add_parser("prepare", help="build tokenizer + cached train/validation splits, print their sizes",
-                       description="Build (or reuse) the WordPiece tokenizer and the packed, cached train/validation "
-                                   "splits, then print documents, sequences and tokens per split.")
-    p.add_argument("--corpus", nargs="+", metavar="SRC",
-                   help="text/jsonl/parquet files, folders or globs, or one hub dataset NAME[:CONFIG]; "
-                        "default: the embedded corpus")
-    p.add_argument("--size", default="small", metavar="NAME", help="model size giving vocab_size/max_length defaults (default small)")
-    p.add_argument("--vocab-size", type=int, metavar="N", help="WordPiece vocabulary size (default: from --size)")
-    p.add_argument("--max-length", type=int, metavar="N", help="tokens per packed sequence (default: from --size)")
-    p.add_argument("--tokenizer", metavar="PATH", help="use this tokenizer directory or vocab.txt instead of training one")
-    p.add_argument("--cased", action="store_true", help="do not lower-case (trained tokenizer / vocab.txt)")
-    p.add_argument("--val-fraction", type=float, default=DEFAULT_VAL_FRACTION, metavar="F",
-                   help=f"share of documents held out (default {DEFAULT_VAL_FRACTION})")
-    p.add_argument("--data-seed", "--seed", dest="data_seed", type=int, default=0, metavar="N", action=DeprecatedAlias,
-                   old="--seed", new="--data-seed", help="seed of the fixed validation masking (default 0)")
-    p.add_argument("--mlm-probability", type=float, default=0.15, metavar="P", help="masking rate (default 0.15)")
-    p.add_argument("--text-column", default="text", metavar="NAME", help="jsonl/parquet/hub column holding the text (default text)")
-    p.add_argument("--doc-by", default="auto", choices=["auto", "paragraph", "line", "file"], help=DOC_BY_HELP)
-    p.add_argument("--encoding-errors", default="strict", choices=["strict", "replace"],
-                   help="non-UTF-8 text files: refuse (strict, default) or decode bad bytes as U+FFFD (replace)")
-    p.add_argument("--max-docs", type=int, metavar="N", help="use only the first N documents (quick runs)")
-    p.add_argument("--num-proc", type=int, metavar="N", help="worker processes for tokenizing (default: automatic)")
-    p.add_argument("--cache-dir", metavar="DIR", help="cache root (default $LVBERT_CACHE or ~/.cache/nni-lvbert)")
-    add_json_arg(p)
-    p.set_defaults(func=run_prepare)
+    add_command(sub, "prepare", "build tokenizer + cached train/validation splits, print their sizes", PrepareOptions,
+                run_prepare, description="Build (or reuse) the WordPiece tokenizer and the packed, cached train/"
+                                         "validation splits, then print documents, sequences and tokens per split.")
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

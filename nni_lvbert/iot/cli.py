@@ -1,25 +1,33 @@
 """`lvbert iot train|eval`: instance-wise layer order (IOT) over M candidate orders sharing supernet weights."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from ..layout import IOT
+from ..options import opt
+
+
+@dataclass
+class IOTEvalOptions:
+    out: str = opt(IOT, "a finished `lvbert iot train` directory (eval.json is written there)", old="--run-dir",
+                   metavar="DIR")
+    data: str | None = opt(None, "prepared data directory (default: the run's)", metavar="DIR")
+    batch_size: int = opt(64, "validation sequences per batch")
+    val_batches: int | None = opt(None, "only the first N validation batches")
+    no_save: bool = opt(False, "do not write RUN_DIR/eval.json")
+    progress: bool = opt(True, "no progress bar")
+
 
 def register(sub) -> None:
-    from ..cliargs import add_actions, add_command, add_json_arg, add_out_arg
-    from ..layout import IOT
+    from ..cliargs import add_actions, add_command
     from .train import IOTOptions
 
     isub = add_actions(sub, "iot", "instance-wise layer order: route each sequence to one of M candidate orders")
     add_command(isub, "train", "train shared weights + order predictor (NNI one-shot strategy)", IOTOptions,
                 run_train)
 
-    e = isub.add_parser("eval", help="order usage and validation MLM accuracy per order vs routed (JSON)")
-    add_out_arg(e, IOT, "a finished `lvbert iot train` directory (eval.json is written there)")
-    e.add_argument("--data", default=None, metavar="DIR", help="prepared data directory (default: the run's)")
-    e.add_argument("--batch-size", type=int, default=64, help="validation sequences per batch (default 64)")
-    e.add_argument("--val-batches", type=int, default=None, help="only the first N validation batches")
-    e.add_argument("--no-save", action="store_true", help="do not write RUN_DIR/eval.json")
-    e.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    add_json_arg(e)
-    e.set_defaults(func=run_eval)
+    add_command(isub, "eval", "order usage and validation MLM accuracy per order vs routed (JSON)", IOTEvalOptions,
+                run_eval)
 
 
 def run_train(args) -> dict:

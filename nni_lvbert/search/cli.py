@@ -10,25 +10,14 @@ from .defaults import VAL_TOKENS
 
 def register(sub) -> None:
     from ..cliargs import DeprecatedAlias, add_actions, add_command, add_flags, add_json_arg
-    from .options import LatencyOptions
+    from .options import LatencyOptions, LatencyTableOptions, ScoreOptions
     from .run import SearchOptions
 
     ssub = add_actions(sub, "search", "architecture search over a trained supernet (evolution, baselines, nnictl)")
     add_command(ssub, "run", "search in process: best_arch.json, history.jsonl, search_curve.png", SearchOptions,
                 run_cmd)
 
-    sc = ssub.add_parser("score", help="inherited-weight MLM accuracy of one architecture")
-    sc.add_argument("--arch", required=True, help="compact string, name, NNI dict JSON or best_arch.json")
-    add_flags(sc, SearchOptions, only=("supernet", "val_tokens", "batch_size", "data", "device"))
-    sc.add_argument("--val-masking", choices=["fixed", "full"], default="fixed",
-                    help="fixed: the split's fixed 15 %% masking (default, the search's); full: every token masked "
-                         "once over 7 disjoint rounds (7x the time, about 2.6x smaller standard errors)")
-    sc.add_argument("--proxy", default=None, metavar="NAME",
-                    help="score with a zero-cost proxy of a freshly initialised model at the supernet's shape "
-                         "instead of inherited weights: grad-norm | snip | synflow")
-    sc.add_argument("--seed", type=int, default=0, help="initialisation seed of --proxy's model (default 0)")
-    add_json_arg(sc)
-    sc.set_defaults(func=score_cmd)
+    add_command(ssub, "score", "inherited-weight MLM accuracy of one architecture", ScoreOptions, score_cmd)
 
     sj = ssub.add_parser("space-json", help="print the nnictl search space generated from the NNI ModelSpace")
     sj.add_argument("--space", default="lvbert", help="search-space name or YAML (default lvbert)")
@@ -67,19 +56,8 @@ def register(sub) -> None:
     add_json_arg(n)
     n.set_defaults(func=nnictl_cmd)
 
-    lt = ssub.add_parser("latency-table", help="per-layer-type forward latency on this device -> JSON table for "
-                                               "--max-latency-ms")
-    lt.add_argument("--size", default="small", help="model size (sizes.yaml; default small)")
-    lt.add_argument("--device", default="cpu", help="cpu | cuda[:N] (bf16 on a GPU; default cpu)")
-    lt.add_argument("--batch", type=int, default=1, help="sequences per forward (default 1)")
-    lt.add_argument("--seq", type=int, default=128, help="tokens per sequence (default 128)")
-    lt.add_argument("--repeats", type=int, default=50, help="timed calls per part; the median is kept (default 50)")
-    lt.add_argument("--warmup", type=int, default=10, help="untimed calls per part first (default 10)")
-    lt.add_argument("--threads", type=int, default=None, help="torch threads on the CPU (default: torch's choice)")
-    lt.add_argument("--out", default=None, metavar="T.json",
-                    help="add the table to this file (one table per device type and torch version)")
-    add_json_arg(lt)
-    lt.set_defaults(func=latency_table_cmd)
+    add_command(ssub, "latency-table", "per-layer-type forward latency on this device -> JSON table for "
+                                       "--max-latency-ms", LatencyTableOptions, latency_table_cmd)
 
     e = ssub.add_parser("export", help="best trial of an nnictl experiment -> best_arch.json")
     e.add_argument("--experiment", default=None, help="experiment ID (nnictl experiment list --all)")
@@ -105,8 +83,12 @@ def run_cmd(args) -> dict:
 
 
 def score_cmd(args) -> dict:
+    from ..errors import UserError
     from .scorer import score_cli
 
+    if not args.arch:
+        raise UserError("give the architecture to score with --arch (letters such as ccsf..., a name, or a "
+                        "best_arch.json)")
     return score_cli(args)
 
 

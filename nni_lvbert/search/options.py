@@ -4,8 +4,53 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from .. import layout
 from ..options import opt
 from .algorithm import EvolutionConfig
+from .defaults import BATCH_SIZE, VAL_TOKENS
+
+
+@dataclass
+class ScoringOptions:
+    """How candidates are scored on a supernet's validation split (`search run`, `search score`)."""
+
+    GROUP: ClassVar[str] = "scoring"
+
+    supernet: str = opt(layout.SUPERNET, "supernet run directory", group="")
+    val_tokens: int = opt(VAL_TOKENS, "validation tokens per candidate")
+    batch_size: int = opt(BATCH_SIZE, "validation sequences per batch")
+    data: str | None = opt(None, "prepared data directory (default: the one in the supernet's meta.json)")
+    # not a search setting: a search may resume elsewhere
+    device: str = opt("auto", "auto (GPU if visible) | cpu | cuda[:N] | mps")
+
+
+@dataclass
+class ScoreOptions(ScoringOptions):
+    """`lvbert search score`: one architecture."""
+
+    arch: str | None = opt(None, "compact string, name, NNI dict JSON or best_arch.json (required)", group="")
+    val_masking: str = opt("fixed", "fixed: the split's fixed 15 %% masking (default, the search's); full: every "
+                                    "token masked once over 7 disjoint rounds (7x the time, about 2.6x smaller "
+                                    "standard errors)", choices=["fixed", "full"], group="")
+    proxy: str | None = opt(None, "score with a zero-cost proxy of a freshly initialised model at the supernet's "
+                                  "shape instead of inherited weights: grad-norm | snip | synflow", metavar="NAME",
+                            group="")
+    seed: int = opt(0, "initialisation seed of --proxy's model", group="")
+
+
+@dataclass
+class LatencyTableOptions:
+    """`lvbert search latency-table`: per-layer-type latency on this device."""
+
+    size: str = opt("small", "model size (sizes.yaml)")
+    device: str = opt("cpu", "cpu | cuda[:N] (bf16 on a GPU)")
+    batch: int = opt(1, "sequences per forward")
+    seq: int = opt(128, "tokens per sequence")
+    repeats: int = opt(50, "timed calls per part; the median is kept")
+    warmup: int = opt(10, "untimed calls per part first")
+    threads: int | None = opt(None, "torch threads on the CPU (default: torch's choice)")
+    out: str | None = opt(None, "add the table to this file (one table per device type and torch version)",
+                          metavar="T.json")
 
 
 @dataclass

@@ -26,9 +26,9 @@ from ..errors import UserError
 from ..options import OutputOptions, opt
 from ..rundir import OPTIONS, RunDir
 from .algorithm import EvolutionConfig
-from .defaults import BATCH_SIZE, STRATEGIES, VAL_TOKENS
+from .defaults import STRATEGIES
 from .history import HISTORY, History
-from .options import LatencyOptions, RerankOptions, StrategyOptions
+from .options import LatencyOptions, RerankOptions, ScoringOptions, StrategyOptions
 BEST = "best_arch.json"
 SETTINGS = "search.json"
 CONSTRAINTS = "constraints (candidates outside are never evaluated)"
@@ -36,23 +36,17 @@ PLOT = "search_curve.png"
 
 
 @dataclass
-class SearchOptions(StrategyOptions, RerankOptions, LatencyOptions, OutputOptions):
+class SearchOptions(StrategyOptions, RerankOptions, LatencyOptions, ScoringOptions, OutputOptions):
     GROUP: ClassVar[str] = "scoring"
 
     out: str = layout.SEARCH
-    supernet: str = opt(layout.SUPERNET, "supernet run directory", group="")
     seed: int = opt(0, "seed of the search's draws", group="")
     space: str | None = opt(None, "expected search space (checked against the supernet's)", group="")
     max_params: int | None = opt(None, "max backbone parameters at the supernet's size", group=CONSTRAINTS)
     max_flops: int | None = opt(None, "max backbone FLOPs per max_length sequence", group=CONSTRAINTS)
-    val_tokens: int = opt(VAL_TOKENS, "validation tokens per candidate")
-    batch_size: int = opt(BATCH_SIZE, "validation sequences per batch")
-    data: str | None = opt(None, "prepared data directory (default: the one in the supernet's meta.json)")
     prefix_cache: bool = opt(True, "recompute every candidate from the embeddings")
     cache_mb: int = opt(1024, "memory for cached prefix activations")
     threads: int | None = opt(None, "torch threads (default: torch's choice)")
-    # not a search setting: a search may resume elsewhere
-    device: str = opt("auto", "auto (GPU if visible) | cpu | cuda[:N] | mps")
     given: list[str] | None = field(default=None, compare=False)  # options typed on the command line
 
 
