@@ -176,14 +176,13 @@ def add_options(p: argparse.ArgumentParser, cls, skip: tuple[str, ...] = (), def
     p.set_defaults(options_cls=cls, options_skip=tuple(skip))
 
 
-def add_flags(p, cls, skip: tuple[str, ...] = (), defaults: dict | None = None,
-              only: tuple[str, ...] | None = None) -> None:
-    """Only the flags of `cls`'s options (`add_options` without the options-file flags); `only`: just these (a
-    command without a run directory that shares some options: `search score` takes `search run`'s scoring flags)."""
+def add_flags(p, cls, skip: tuple[str, ...] = (), defaults: dict | None = None) -> None:
+    """Only the flags of `cls`'s options (`add_options` without the options-file flags: `search nnictl` takes the
+    latency budget's)."""
     sections: dict[str | None, Any] = {None: p}
     exclusive: dict[str, Any] = {}
     for o in options_of(cls):
-        if o.name in skip or (only is not None and o.name not in only):
+        if o.name in skip:
             continue
         if defaults and o.name in defaults:
             o.default = defaults[o.name]
