@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     armed = None
     try:
         armed = arm_stack_dumps()
+        from .cliargs import apply_config
+
+        apply_config(args)  # --config values into args, for every command
         if getattr(args, "print_config", False):  # the options as a --config file, nothing run
             from .cliargs import config_yaml
 
@@ -99,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `lvbert ... | head`: the reader left; no traceback (Python's documented recipe)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     finally:
         if armed:
             import faulthandler

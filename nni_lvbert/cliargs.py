@@ -221,13 +221,8 @@ def options_from_args(cls, args, **extra):
     """`cls` (an options dataclass) from parsed args: every option from its flag (or --config), nested option
     groups rebuilt, plus `given` = the options set by the user, on the command line or in --config (what a resumed
     run checks against its stored options)."""
+    apply_config(args, cls)
     given = set(getattr(args, "given", ()))
-    config = getattr(args, "config", None)
-    if config:
-        for name, value in read_config(cls, config, getattr(args, "options_skip", ())).items():
-            if name not in given:
-                setattr(args, name, value)
-                given.add(name)
     names = {f.name for f in dataclasses.fields(cls)}
     values = {name: value for name, value in vars(args).items() if name in names and name != "given"}
     nested = {}
@@ -241,6 +236,20 @@ def options_from_args(cls, args, **extra):
         flat = {o.name for o in options_of(cls)} | names
         values["given"] = sorted(given & flat)
     return cls(**values)
+
+
+def apply_config(args, cls=None) -> None:
+    """The values of `args.config` (a --config file) into `args` where no flag was typed, each then counted as given;
+    once (`lvbert` does it before a command runs, so commands that read `args` see them too)."""
+    cls = cls or getattr(args, "options_cls", None)
+    if not getattr(args, "config", None) or cls is None or getattr(args, "config_applied", False):
+        return
+    given = set(getattr(args, "given", ()))
+    for name, value in read_config(cls, args.config, getattr(args, "options_skip", ())).items():
+        if name not in given:
+            setattr(args, name, value)
+            given.add(name)
+    args.given, args.config_applied = given, True
 
 
 def read_config(cls, path: str, skip: tuple[str, ...] = ()) -> dict:

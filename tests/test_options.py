@@ -162,3 +162,12 @@ def test_a_contradicting_negative_flag_is_named_as_typed(tmp_path):
     run = _stored(tmp_path, {"baselines": True, "out": "x"})
     with pytest.raises(UserError, match=r"--no-baselines False contradicts"):
         RunDir(run, "study").begin(RankingOptions(out=str(run), resume=True, baselines=False))
+
+
+def test_config_reaches_commands_that_read_their_flags_directly(tmp_path, capsys):
+    from nni_lvbert.cli import main
+
+    (tmp_path / "info.yaml").write_text("arch: bert\nsize: tiny\n")
+    assert main(["info", "--config", str(tmp_path / "info.yaml"), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"size": "tiny"' in out and "sfsfsf" in out
