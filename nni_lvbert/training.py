@@ -177,13 +177,18 @@ class FitResult:
     train_seconds: float  # over every session of the run
     validation: list  # validation records of earlier sessions + this one
     previous: dict  # meta.json of the earlier session (resume), else {}
+    earlier: list  # validation records not in `history` (an old checkpoint's run: meta.json's), else []
 
 
 def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), history: list | None = None,
-        space=None, strategy=None) -> FitResult:
+        record=None, reporter=None, report=None, space=None, strategy=None) -> FitResult:
     """Train `module` with our Lightning conventions. With `strategy` (an NNI one-shot strategy) the run is
     `NasExperiment(space, Lightning(module, ...), strategy)`; without, a plain `trainer.fit`. Resumes from
-    checkpoints/last.ckpt with --resume; `history` collects this session's validation records."""
+    checkpoints/last.ckpt with --resume. With `history`, the one validation-history callback
+    (`trainer.validation_history`: `record`, `reporter`, `report`) fills it; restored from the checkpoint, it holds
+    every session's records and time, so a run resumed after kill -9 keeps them."""
+    tracker = validation_history(history, record, reporter, report) if history is not None else None
+    callbacks = [*([tracker] if tracker else []), *callbacks]
     devices, n_dev = parse_devices(opts.devices, opts.resolved("batch_size"))
     trainer, precision = build_trainer(
         run.path, max_steps=opts.resolved("max_steps"), devices=devices, n_devices=n_dev, num_nodes=opts.num_nodes,
@@ -206,8 +211,12 @@ def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), hi
         run_nas_experiment(space, evaluator, strategy, run.path / "nni")
     else:
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt) if opts.resume else None)
-    return FitResult(trainer, precision, previous.get("train_seconds", 0.0) + (time.time() - start),
-                     previous.get("validation", []) + list(history or []), previous)
+    session = time.time() - start
+    if tracker is not None and tracker.restored:  # the checkpoint carried the earlier sessions' records and time
+        seconds, earlier = tracker.seconds_before + session, []
+    else:  # a new run, or a checkpoint of an older version: the earlier sessions from meta.json
+        seconds, earlier = previous.get("train_seconds", 0.0) + session, previous.get("validation", [])
+    return FitResult(trainer, precision, seconds, earlier + list(history or []), previous, earlier)
 
 
 def common_meta(run: RunDir, opts: TrainOptions, result: FitResult, data) -> dict:
@@ -336,21 +345,12 @@ class Training:
         validation more at the last step when the run did not end on a validation step (`--max-steps` not a multiple
         of `--val-every`, or shorter): every run's meta.json, curve and nnictl result then describe its final
         weights."""
-        history = validation_history(self.history, record, self.reporter, report)
-        result = fit(self.run, self.opts, module, datamodule, callbacks=[history, *callbacks], history=self.history,
-                     space=space, strategy=strategy)
-        if history.restored:  # the checkpoint carried the earlier sessions' validations and time (kill -9 too)
-            session = result.train_seconds - result.previous.get("train_seconds", 0.0)
-            result.train_seconds = history.seconds_before + session
+        result = fit(self.run, self.opts, module, datamodule, callbacks=callbacks, history=self.history,
+                     record=record, reporter=self.reporter, report=report, space=space, strategy=strategy)
         trainer = result.trainer
-
-        def validations() -> list:
-            return list(self.history) if history.restored else result.previous.get("validation", []) + self.history
-
-        result.validation = validations()
         if not any(h["step"] == trainer.global_step for h in result.validation):
             trainer.validate(trainer.lightning_module, datamodule=datamodule, verbose=False)
-            result.validation = validations()
+            result.validation = result.earlier + list(self.history)
         return result
 
     def finish(self, result: FitResult, data, extra: dict, final=None) -> dict:

@@ -27,7 +27,6 @@ from ..errors import UserError
 from ..options import OutputOptions, launcher_is_rank_zero, opt, to_dict
 from ..atomic import write_json
 from ..rundir import RunDir
-from ..trainer import validation_history
 from ..training import HardwareOptions, TrainOptions, check_compile_backend, fit, no_library_progress_bars, parse_devices
 from . import metrics as M
 from .recipe import DECAY, default_lr
@@ -253,8 +252,7 @@ def run_one(opts: FinetuneOptions, config, tok, task: TaskData, seed: int, path:
                             steps_per_epoch=spe, seed=seed)
     # the dev curve: every validation's record, kept in the checkpoints (a resumed run has the earlier ones)
     history: list[dict] = []
-    result = fit(run, ropts, module, dm, history=history,
-                 callbacks=[validation_history(history, lambda trainer, m: m.take_record())])
+    result = fit(run, ropts, module, dm, history=history, record=lambda trainer, m: m.take_record())
     if not history or history[-1]["step"] != total:  # the last step was not a validation step
         result.trainer.validate(module, datamodule=dm, verbose=False)
     final = history[-1]
