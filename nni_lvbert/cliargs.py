@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import UserError
-from .options import flag_of, option_meta
+from .options import field_default, flag_of, option_meta
 
 
 class DeprecatedAlias(argparse.Action):
@@ -102,12 +102,6 @@ class Option:
         return typing.get_origin(self.base) is list
 
 
-def _default(f: dataclasses.Field):
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
-
-
 def _section(cls, name: str) -> str | None:
     """The help section of option `name`: the GROUP of the most basic options class that declares it."""
     for klass in reversed(cls.__mro__):
@@ -122,7 +116,7 @@ def options_of(cls, parent: str | None = None) -> list[Option]:
     out = []
     for f in dataclasses.fields(cls):
         meta = option_meta(cls, f.name)
-        default = _default(f)
+        default = field_default(f)
         if dataclasses.is_dataclass(default):  # a nested options group (search's EvolutionConfig)
             out += options_of(type(default), parent=f.name)
         elif meta is not None:
@@ -185,7 +179,7 @@ def add_flags(p, cls, skip: tuple[str, ...] = (), defaults: dict | None = None) 
         if o.name in skip:
             continue
         if defaults and o.name in defaults:
-            o.default = defaults[o.name]
+            o = dataclasses.replace(o, default=defaults[o.name])
         if o.section not in sections:
             sections[o.section] = p.add_argument_group(o.section)
         target = sections[o.section]
@@ -230,7 +224,7 @@ def options_from_args(cls, args, **extra):
         if o.parent is not None and hasattr(args, o.name):
             nested.setdefault(o.parent, {})[o.name] = getattr(args, o.name)
     for parent, fields_ in nested.items():
-        values[parent] = type(_default(cls.__dataclass_fields__[parent]))(**fields_)
+        values[parent] = type(field_default(cls.__dataclass_fields__[parent]))(**fields_)
     values.update(extra)
     if "given" in names:
         flat = {o.name for o in options_of(cls)} | names
@@ -290,12 +284,12 @@ def _checked(o: Option, value, path: str):
     bad = UserError(f"--config {path}: {o.name} must be {_type_name(o)}, got {value!r}")
     if value is None:
         return None
+    if "type" in o.meta and isinstance(value, str):  # a custom parser of the flag's text (a comma-separated list)
+        return o.meta["type"](value)
     if o.is_list:
         items = value if isinstance(value, list) else [value]
         elem = typing.get_args(o.base)[0]
         return [_scalar(elem, v, bad) for v in items]
-    if "type" in o.meta:  # a custom parser of the flag's text (e.g. a comma-separated list)
-        return o.meta["type"](value) if isinstance(value, str) else value
     value = _scalar(o.base, value, bad)
     if "choices" in o.meta and value not in o.meta["choices"]:
         raise UserError(f"--config {path}: {o.name} must be one of {', '.join(map(str, o.meta['choices']))}, "

@@ -68,6 +68,13 @@ def given_dests(parser: argparse.ArgumentParser, args, argv: list[str]) -> set[s
 
 
 # --- options dataclasses ----------------------------------------------------------------------------------------
+def field_default(f: dataclasses.Field) -> Any:
+    """A dataclass field's default (its factory's value), MISSING when it has none."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING
+
+
 def opt(default: Any = dataclasses.MISSING, help: str = "", *, default_factory: Any = dataclasses.MISSING,
         flag: str | None = None, old: str | None = None, metavar: str | None = None, choices=None,
         nargs: str | None = None, const: Any = None, type: Any = None, exclusive: str | None = None,
@@ -108,9 +115,7 @@ def flag(name: str, opts=None) -> str:
     meta = option_meta(opts, name) if opts is not None else None
     if meta is None:
         return "--" + name.replace("_", "-")
-    f = type(opts).__dataclass_fields__[name]
-    default = f.default if f.default is not dataclasses.MISSING else None
-    return flag_of(name, meta, default)
+    return flag_of(name, meta, field_default(type(opts).__dataclass_fields__[name]))
 
 
 def to_dict(opts) -> dict:
@@ -128,9 +133,7 @@ def given_fields(opts) -> set[str]:
     for f in dataclasses.fields(opts):
         if f.name == "given":
             continue
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
-        if getattr(opts, f.name) != default:
+        if getattr(opts, f.name) != field_default(f):
             out.add(f.name)
     return out
 

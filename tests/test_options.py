@@ -171,3 +171,11 @@ def test_config_reaches_commands_that_read_their_flags_directly(tmp_path, capsys
     assert main(["info", "--config", str(tmp_path / "info.yaml"), "--json"]) == 0
     out = capsys.readouterr().out
     assert '"size": "tiny"' in out and "sfsfsf" in out
+
+
+def test_config_reads_a_custom_flag_text_as_the_flag_does(tmp_path):
+    from nni_lvbert.cliargs import read_config
+    from nni_lvbert.study.downstream import DownstreamOptions
+
+    (tmp_path / "d.yaml").write_text("archs: bert,sandwich\ntasks: [rte]\n")
+    assert read_config(DownstreamOptions, str(tmp_path / "d.yaml")) == {"archs": ["bert", "sandwich"], "tasks": ["rte"]}
