@@ -183,11 +183,7 @@ def _tiny_argv(argv: list[str], config_dir: Path) -> tuple[list[str], str | None
     cls = getattr(args, "options_cls", None)
     if cls is None:
         return argv, stdout_file, args
-    flags = {}
-    for o in options_of(cls):
-        for action in build_parser_actions(argv):
-            if action.dest == o.name:
-                flags.update(dict.fromkeys(action.option_strings, o.name))
+    flags = {s: action.dest for action in build_parser_actions(argv) for s in action.option_strings}
     out = list(argv)
     for i, tok in enumerate(out[:-1]):
         name = flags.get(tok.split("=", 1)[0])
