@@ -144,14 +144,30 @@ def test_ranker_spellings_and_errors(trained, tmp_path):
     from nni_lvbert.study.rankers import parse_rankers
 
     run = str(trained["run"])
-    rankers = parse_rankers(["spos", f"fair={run}", "short:40", "zc:synflow"], run)
+    rankers = parse_rankers(["spos", f"fair={run}", "short:40", "zc:synflow", "rerank:5:300", "rerank:3:40:fair"],
+                            run)
     assert [(r.name, r.kind) for r in rankers] == [("spos", "supernet"), ("fair", "supernet"), ("short:40", "short"),
-                                                   ("zc:synflow", "zc")]
+                                                   ("zc:synflow", "zc"), ("rerank:5:300", "rerank"),
+                                                   ("rerank:3:40:fair", "rerank")]
+    assert [r.arg for r in rankers[4:]] == ["5:300:spos", "3:40:fair"]
     for bad, message in ((["zc:magic"], "unknown zero-cost proxy"), (["short:0"], "N >= 1"),
                          (["annealing"], "unknown ranker"), (["spos", "spos"], "repeat"),
-                         ([f"x={tmp_path}"], "not a finished supernet run")):
+                         ([f"x={tmp_path}"], "not a finished supernet run"), (["spos", "rerank:0:300"], "K >= 1"),
+                         (["spos", "rerank:5"], "rerank:K:N"), (["spos", "rerank:5:300:fair"], "not a supernet"),
+                         (["short:40", "rerank:5:40:short:40"], "rerank:K:N")):
         with pytest.raises(UserError, match=message):
             parse_rankers(bad, run)
+
+
+def test_two_stage_ranking_reorders_only_the_first_stages_top_k():
+    from nni_lvbert.study.rankers import two_stage
+
+    first = {"a": 0.9, "b": 0.8, "c": 0.8, "d": 0.1, "e": 0.5}
+    assert two_stage(first, {}, 0) == ["a", "b", "c", "e", "d"]  # ties keep their order
+    second = {"a": 0.1, "b": 0.3, "c": 0.2}
+    assert two_stage(first, second, 3) == ["b", "c", "a", "e", "d"]
+    assert two_stage(first, {"a": 0.2, "b": 0.2}, 2) == ["a", "b", "c", "e", "d"]  # a tie keeps the first order
+    assert two_stage(first, {o: 1.0 for o in first}, 5) == two_stage(first, {}, 0)
 
 
 # --- end to end --------------------------------------------------------------------------------------------------
@@ -159,7 +175,7 @@ def test_ranker_spellings_and_errors(trained, tmp_path):
 def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
     out = tmp_path / "rank"
     args = ["study", "ranking", "--supernet", str(trained["run"]), "--quick", "--out", str(out), "--no-progress",
-            "--rankers", "spos", "short:10", "zc:synflow", "--json"]
+            "--rankers", "spos", "short:10", "zc:synflow", "rerank:2:10", "--json"]
     code, stdout, err = run_cli(args, capsys)
     assert code == 0, err
     res = json.loads((out / "ranking.json").read_text())
@@ -169,7 +185,13 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
     assert res["seeds"] == [0, 1] and res["validation"]["masking"] == "full"
     for row in res["rows"]:
         assert len(row["seeds"]) == 2 and row["ground_truth"] == pytest.approx(np.mean(row["seeds"]))
-    assert [t["ranker"] for t in res["rankers"]] == ["spos", "short:10", "zc:synflow"]
+    assert [t["ranker"] for t in res["rankers"]] == ["spos", "short:10", "zc:synflow", "rerank:2:10"]
+    two = res["ranker_details"]["rerank:2:10"]  # the spos top 2 re-ranked by the short:10 models (no new training)
+    spos = sorted(res["rows"], key=lambda r: -r["spos"])
+    top = sorted(spos[:2], key=lambda r: -r["short:10"])
+    assert [r["arch"] for r in sorted(res["rows"], key=lambda r: -r["rerank:2:10"])] == \
+        [r["arch"] for r in top + spos[2:]]
+    assert two["k"] == 2 and set(two["runs"]) <= set(res["ranker_details"]["short:10"]["runs"])
     truth = [r["ground_truth"] for r in res["rows"]]
     for t in res["rankers"]:
         scores = [r[t["ranker"]] for r in res["rows"]]
@@ -184,7 +206,7 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
     assert (out / "ranking.png").stat().st_size > 5000 and (out / "ranking-scatter.png").is_file()
     assert "noise ceiling" in (out / "ranking.md").read_text()
     printed = json.loads(stdout.strip().splitlines()[-1])
-    assert printed["orders"] == 5 and set(printed["rankers"]) == {"spos", "short:10", "zc:synflow"}
+    assert printed["orders"] == 5 and set(printed["rankers"]) == {"spos", "short:10", "zc:synflow", "rerank:2:10"}
 
     stamps = {p: p.stat().st_mtime_ns for p in (out / "models").glob("*/meta.json")}
     code, _, err = run_cli(["study", "ranking", "--out", str(out), "--resume", "--no-progress"], capsys)

@@ -7,7 +7,11 @@ scores cost in core-minutes (training included). Each is an option of an ordinar
 - `short:N`: N steps of stand-alone MLM pre-training (`lvbert pretrain --max-steps N`) at the study's batch and lr,
   kept in the model store; cost = the trainings plus the scoring;
 - `zc:NAME`: a zero-cost proxy of a freshly initialised model (`lvbert search score --proxy NAME`); cost = its
-  computation.
+  computation;
+- `rerank:K:N` (or `rerank:K:N:BASE`): two-stage search (`lvbert search run --rerank K --rerank-steps N`) over the
+  study's orders: the K best of the supernet ranker BASE (default spos) re-ranked by N steps of stand-alone
+  pre-training (the same models as `short:N`), above the other orders in BASE's order; its scores are minus the
+  positions of that ranking; cost = BASE's plus the K trainings and their scoring.
 
 `--rank-by loss` ranks the trained rankers by (minus) validation MLM loss instead of accuracy.
 """
@@ -24,8 +28,8 @@ from ..training import core_minutes, scoring_minutes
 @dataclass(frozen=True)
 class Ranker:
     name: str  # as the study reports it
-    kind: str  # supernet | short | zc
-    arg: str  # the supernet run directory, the steps, or the proxy
+    kind: str  # supernet | short | zc | rerank
+    arg: str  # the supernet run directory, the steps, the proxy, or K:N:BASE
 
 
 def parse_rankers(items: list[str], supernet: str) -> list[Ranker]:
@@ -48,12 +52,23 @@ def parse_rankers(items: list[str], supernet: str) -> list[Ranker]:
             out.append(Ranker(item, "short", steps))
         elif item.startswith("zc:"):
             out.append(Ranker(item, "zc", check_proxy(item.split(":", 1)[1])))
+        elif item.startswith("rerank:"):
+            parts = item.split(":")[1:]
+            if len(parts) not in (2, 3) or not all(p.isdigit() and int(p) >= 1 for p in parts[:2]):
+                raise UserError(f"--rankers item {item!r}: give rerank:K:N or rerank:K:N:BASE (K >= 1 orders "
+                                "re-ranked by N >= 1 stand-alone steps; BASE a supernet ranker, default spos)")
+            out.append(Ranker(item, "rerank", ":".join([*parts[:2], parts[2] if len(parts) == 3 else "spos"])))
         else:
-            raise UserError(f"unknown ranker {item!r}; use spos, NAME=RUN (a supernet run directory), short:N "
-                            "or zc:grad-norm|snip|synflow")
+            raise UserError(f"unknown ranker {item!r}; use spos, NAME=RUN (a supernet run directory), short:N, "
+                            "zc:grad-norm|snip|synflow or rerank:K:N[:BASE]")
     names = [r.name for r in out]
     if len(set(names)) != len(names):
         raise UserError(f"--rankers names repeat: {', '.join(names)}")
+    supernets = [r.name for r in out if r.kind == "supernet"]
+    for r in out:
+        if r.kind == "rerank" and r.arg.split(":")[2] not in supernets:
+            raise UserError(f"ranker {r.name}: its first stage {r.arg.split(':')[2]!r} is not a supernet ranker of "
+                            f"--rankers ({', '.join(supernets) or 'none'})")
     for r in out:
         if r.kind == "supernet" and not Path(r.arg).is_dir():
             raise UserError(f"ranker {r.name}: supernet directory not found: {r.arg}")
@@ -93,6 +108,31 @@ def short_scores(ranker: Ranker, archs, spec_of, store: Path, batches, rank_by: 
     return {"scores": {a: rank_score(m, rank_by) for a, m in metrics.items()}, "metrics": metrics,
             "steps": int(ranker.arg), "runs": [str(p) for p in paths], "train_core_minutes": train,
             "core_minutes": train + scoring_minutes(time.perf_counter() - start)}
+
+
+def two_stage(first: dict[str, float], second: dict[str, float], k: int) -> list[str]:
+    """The two-stage ranking, best first: the k best orders of `first` (ties: the earlier order) sorted by `second`
+    (ties: by `first`), then the other orders in `first`'s order. `second` needs only those k orders."""
+    by_first = sorted(first, key=lambda a: -first[a])  # sorted() is stable: ties keep their order
+    top = by_first[:k]
+    return sorted(top, key=lambda a: (-second[a], top.index(a))) + by_first[k:]
+
+
+def rerank_scores(ranker: Ranker, archs, first: dict, spec_of, store: Path, batches, rank_by: str,
+                  progress: bool) -> dict:
+    """The K best orders of the first stage's `first` result, each pre-trained stand-alone for N steps (`spec_of`
+    as for short:N, so the same store models) and scored; scores are minus the positions of `two_stage`."""
+    k, steps, base = ranker.arg.split(":")
+    k, steps = int(k), int(steps)
+    by_arch = {a.compact: a for a in archs}
+    top = sorted(first["scores"], key=lambda a: -first["scores"][a])[:k]
+    second = short_scores(Ranker(f"{ranker.name} (stage 2)", "short", str(steps)), [by_arch[a] for a in top],
+                          spec_of, store, batches, rank_by, progress)
+    ranking = two_stage(first["scores"], second["scores"], k)
+    return {"scores": {a: -float(i) for i, a in enumerate(ranking)}, "metrics": second["metrics"],
+            "first_stage": base, "k": k, "steps": steps, "stage2_scores": second["scores"], "runs": second["runs"],
+            "train_core_minutes": first.get("train_core_minutes", 0.0) + second["train_core_minutes"],
+            "core_minutes": first["core_minutes"] + second["core_minutes"]}
 
 
 def zc_scores(ranker: Ranker, archs, cfg, batch, seed: int) -> dict:

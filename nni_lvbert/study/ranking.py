@@ -7,8 +7,8 @@
    whole validation split with every token masked once (`--val-masking full`), accuracy and loss with standard
    errors; the ground truth of an order is its mean over seeds. The noise ceiling is the Kendall tau between the
    means of two disjoint halves of the seeds (`stats.noise_ceiling`);
-3. every ranker of `--rankers` (`rankers.py`: supernets, `short:N`, `zc:PROXY`) scores every order, on the same
-   tokens for the trained ones, and records its cost in core-minutes;
+3. every ranker of `--rankers` (`rankers.py`: supernets, `short:N`, `zc:PROXY`, two-stage `rerank:K:N`) scores
+   every order, on the same tokens for the trained ones, and records its cost in core-minutes;
 4. per ranker: Kendall tau and Spearman rho with bootstrap 95 % intervals, tau among the orders with both
    attention and convolution, top-5 overlap, regret of its pick; ranking.json / .md / .png (tau and regret
    against cost) and ranking-scatter.png (ground truth against each ranker).
@@ -43,7 +43,8 @@ class RankingOptions(StudyOptions):
     rankers: list[str] | None = opt(None, "rankers to compare (default spos): spos | NAME=RUN (another supernet run, "
                                           "e.g. fair=runs/supernet-fair from `lvbert supernet train --sampling fair`, "
                                           "or a few-shot directory) | short:N (N steps of stand-alone pre-training) | "
-                                          "zc:grad-norm | zc:snip | zc:synflow (zero-cost proxies)",
+                                          "zc:grad-norm | zc:snip | zc:synflow (zero-cost proxies) | rerank:K:N[:BASE] "
+                                          "(two-stage: the K best of BASE, default spos, re-ranked by short:N)",
                                     metavar="RANKER", group="")
     num_archs: int | None = opt(None, "orders stratified by composition and placement (default 20; quick 3), plus "
                                       "the baselines and the searched order", old="--archs", group="")
@@ -146,8 +147,8 @@ def run_ranking(opts: RankingOptions) -> dict:
 
     # 3. the rankers
     results = {}
-    for r in rankers:
-        results[r.name] = _ranker_result(r, out, archs, opts, ref, spec_of, budget)
+    for r in sorted(rankers, key=lambda r: r.kind == "rerank"):  # a two-stage ranker after its first stage
+        results[r.name] = _ranker_result(r, out, archs, opts, ref, spec_of, budget, results)
 
     # 4. statistics
     mixed = [i for i, a in enumerate(archs) if _mixed(a)]
@@ -208,11 +209,15 @@ def _score_truth(out: Path, paths: list[Path], batches, rank_by: str) -> dict:
     return known
 
 
-def _ranker_result(r, out: Path, archs, opts, ref, spec_of, budget) -> dict:
-    """One ranker's scores of every order (kept in rankers/<name>.json; recomputed only when orders are missing)."""
+def _ranker_result(r, out: Path, archs, opts, ref, spec_of, budget, done: dict) -> dict:
+    """One ranker's scores of every order (kept in rankers/<name>.json; recomputed only when orders are missing).
+    `done`: the results so far by ranker name (a two-stage ranker's first stage)."""
     import dataclasses
 
-    from .rankers import short_scores, supernet_scores, zc_scores
+    from .rankers import rerank_scores, short_scores, supernet_scores, zc_scores
+
+    def short_budget(steps: int):
+        return dataclasses.replace(budget, steps=steps, warmup_steps=min(budget.warmup_steps, steps // 10))
 
     path = out / "rankers" / f"{r.name.replace('/', '_').replace(':', '-')}.json"
     if path.is_file():
@@ -224,9 +229,12 @@ def _ranker_result(r, out: Path, archs, opts, ref, spec_of, budget) -> dict:
         res = supernet_scores(r, archs, opts.val_masking, ref.val_stats["data"], opts.data_seed, opts.val_tokens,
                               opts.rank_by)
     elif r.kind == "short":
-        short = dataclasses.replace(budget, steps=int(r.arg), warmup_steps=min(budget.warmup_steps, int(r.arg) // 10))
-        res = short_scores(r, archs, lambda a, steps: spec_of(a, opts.seed, short), opts.store(), ref.batches,
-                           opts.rank_by, opts.progress)
+        res = short_scores(r, archs, lambda a, steps: spec_of(a, opts.seed, short_budget(steps)), opts.store(),
+                           ref.batches, opts.rank_by, opts.progress)
+    elif r.kind == "rerank":
+        res = rerank_scores(r, archs, done[r.arg.split(":")[2]],
+                            lambda a, steps: spec_of(a, opts.seed, short_budget(steps)), opts.store(), ref.batches,
+                            opts.rank_by, opts.progress)
     else:
         res = zc_scores(r, archs, ref.cfg, ref.batches[0], opts.seed)
     res = {"ranker": r.name, "kind": r.kind, "arg": r.arg, **res}
