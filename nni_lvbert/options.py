@@ -4,7 +4,8 @@
   caller that builds an options dataclass by hand gives whatever differs from the field defaults.
 - **Resume.** A resumed run takes every option from the run directory; an option given again with another value
   is one `error:` line naming both values, unless the option is one that may change between sessions
-  (`MAY_CHANGE`: devices, progress, ...). `RunDir.begin` is where every command does this.
+  (`MAY_CHANGE`: devices, progress, ...; an options class adds its own in `MAY_CHANGE_ON_RESUME`, e.g. the
+  ranking study's `rankers`). `RunDir.begin` is where every command does this.
 - **DDP ranks.** Lightning's DDP launcher re-runs the command line for ranks > 0. Rank 0 publishes the options it
   settled on in the environment its children inherit (`publish`), and every other rank adopts them (`adopt`)
   instead of re-checking (or, worse, re-creating) the run directory rank 0 has just made.
@@ -172,7 +173,7 @@ def resume_from(opts, stored: dict | None, where, *, always_current=("resume", "
     """`opts` for resuming the run in `where`: the stored options, with given options checked against them.
 
     A given option that contradicts the stored value is one `error:` line naming both values; options in
-    `MAY_CHANGE` take the given value; `always_current` (resume/overwrite) always come from `opts`."""
+    `MAY_CHANGE` (or the class's `MAY_CHANGE_ON_RESUME`) take the given value; `always_current` (resume/overwrite) always come from `opts`."""
     if stored is None:
         raise UserError(f"cannot resume {where}: it holds no stored options (made by an older nni-lvbert?); "
                         "start it again with --overwrite")
@@ -186,12 +187,12 @@ def resume_from(opts, stored: dict | None, where, *, always_current=("resume", "
             if a != b:
                 raise UserError(f"{flag(field, mine)} {_show(a)} contradicts {where} ({field} {_show(b)}); "
                                 "drop the option to resume, or start again with --overwrite")
-    updates = {}
+    updates, may_change = {}, MAY_CHANGE | getattr(type(opts), "MAY_CHANGE_ON_RESUME", frozenset())
     for name in sorted(given - set(always_current) - nested):
         if not hasattr(saved, name):
             continue
         merged = dataclasses.replace(saved, **{name: getattr(opts, name)})
-        if name in MAY_CHANGE or _value(merged, name) == _value(saved, name):
+        if name in may_change or _value(merged, name) == _value(saved, name):
             updates[name] = getattr(opts, name)
             continue
         raise UserError(f"{flag(name, opts)} {_show(getattr(opts, name))} contradicts {where} "

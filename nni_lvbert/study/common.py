@@ -69,6 +69,8 @@ class StudyOptions(OutputOptions):
     """Options every study has; each study adds its own fields."""
 
     TRAINS_MODELS = True  # False: the study trains no stand-alone model (its options.json stores no budget)
+    # options a resumed study may change (options.resume_from), stored for the next --resume
+    MAY_CHANGE_ON_RESUME: ClassVar[frozenset[str]] = frozenset()
     GROUP: ClassVar[str] = "stand-alone budget (the same for every model)"
 
     out: str = opt(layout.STUDY, "study directory", old="--run-dir", metavar="DIR")
@@ -141,7 +143,11 @@ def begin(opts: StudyOptions, what: str) -> StudyOptions:
 def start(opts: StudyOptions) -> Path:
     """Create OUT (emptied on --overwrite) and store the options, once every input is checked (`RunDir.open`)."""
     run = RunDir(opts.out, "study", "study directory")
-    if opts.resume:  # the stored options (the budget written out) stay as they are
+    if opts.resume:  # the stored options (the budget written out) stay, but for MAY_CHANGE_ON_RESUME
+        stored, now = run.stored_options() or {}, to_dict(opts)
+        changed = {k: now[k] for k in opts.MAY_CHANGE_ON_RESUME if k in now and stored.get(k) != now[k]}
+        if changed:
+            run.save_options(stored | changed)
         return run.path
     budget = opts.budget().options() if opts.TRAINS_MODELS else {}  # a resumed study keeps it under later presets
     return run.open(opts, to_dict(dataclasses.replace(opts, **budget))).path

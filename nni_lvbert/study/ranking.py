@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from .. import layout
 from ..arch import NAMED_ARCHS, Arch
@@ -36,6 +37,9 @@ RESULT = "ranking.json"
 
 @dataclass
 class RankingOptions(StudyOptions):
+    # a resumed study may compare other rankers: each is kept by name (rankers/), the ground truth stays
+    MAY_CHANGE_ON_RESUME: ClassVar[frozenset[str]] = frozenset({"rankers"})
+
     out: str = f"{layout.STUDY}/ranking"
     # the reference supernet: its space, shape and data define the study; the ranker `spos`
     supernet: str = opt("", "the reference supernet run directory: its space, shape and data define the study, and "
