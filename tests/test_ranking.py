@@ -214,6 +214,18 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
     again = json.loads((out / "ranking.json").read_text())
     assert again["rows"] == res["rows"] and "scoring" not in err  # nothing re-drawn, retrained or re-scored
     assert {p: p.stat().st_mtime_ns for p in (out / "models").glob("*/meta.json")} == stamps and models
+    scored = sorted((out / "models").glob("*/scores/*.json"))  # each model's metrics kept beside it
+    truth = json.loads((out / "ground_truth.json").read_text())["models"]
+    short = json.loads((out / "rankers" / "short-10.json").read_text())["metrics"]
+    assert len(scored) == len(truth) + len(short) == 15
+    for p in scored:
+        kept, model = json.loads(p.read_text())["metrics"], p.parents[1].name
+        assert kept == ({k: truth[model][k] for k in kept} if model in truth else short[model.split("-")[0]])
+    code, _, err = run_cli(["study", "ranking", "--supernet", str(trained["run"]), "--quick", "--models",
+                            str(out / "models"), "--out", str(tmp_path / "again"), "--rankers", "short:10"], capsys)
+    assert code == 0 and "validation batches" not in err, err  # another study on the store: all models scored
+    assert json.loads((tmp_path / "again" / "ranking.json").read_text())["rows"] == [
+        {k: v for k, v in row.items() if k not in ("spos", "zc:synflow", "rerank:2:10")} for row in res["rows"]]
     code, _, err = run_cli(["study", "ranking", "--out", str(out), "--resume", "--rankers", "zc:synflow", "spos"],
                            capsys)  # another set of rankers: nothing retrained or re-scored, kept for the next resume
     assert code == 0 and "scoring" not in err, err

@@ -95,19 +95,19 @@ def supernet_scores(ranker: Ranker, archs, masking: str, data: str, data_seed: i
             "core_minutes": train + scoring_minutes(time.perf_counter() - start)}
 
 
-def short_scores(ranker: Ranker, archs, spec_of, store: Path, batches, rank_by: str, progress: bool) -> dict:
-    """`spec_of(arch, budget_steps)` gives the arch's Standalone spec at N steps."""
+def short_scores(ranker: Ranker, archs, spec_of, store: Path, validation, rank_by: str, progress: bool) -> dict:
+    """`spec_of(arch, budget_steps)` gives the arch's Standalone spec at N steps; `validation` a `store.Validation`
+    (each model scored once per validation set)."""
     from ..rundir import RunDir
-    from .store import standalone_metrics, train_all
+    from .store import train_all
 
     specs = [(f"{ranker.name}: {a.compact}", spec_of(a, int(ranker.arg))) for a in archs]
     paths = train_all(specs, store, progress)
-    start = time.perf_counter()
-    metrics = {a.compact: standalone_metrics(p, batches) for a, p in zip(archs, paths)}
+    metrics = dict(zip((a.compact for a in archs), validation.metrics_all(paths, f"{ranker.name} ")))
     train = sum(core_minutes(RunDir(p, "pretrain").meta) for p in paths)
     return {"scores": {a: rank_score(m, rank_by) for a, m in metrics.items()}, "metrics": metrics,
             "steps": int(ranker.arg), "runs": [str(p) for p in paths], "train_core_minutes": train,
-            "core_minutes": train + scoring_minutes(time.perf_counter() - start)}
+            "core_minutes": train + validation.core_minutes(paths)}
 
 
 def two_stage(first: dict[str, float], second: dict[str, float], k: int) -> list[str]:
@@ -118,7 +118,7 @@ def two_stage(first: dict[str, float], second: dict[str, float], k: int) -> list
     return sorted(top, key=lambda a: (-second[a], top.index(a))) + by_first[k:]
 
 
-def rerank_scores(ranker: Ranker, archs, first: dict, spec_of, store: Path, batches, rank_by: str,
+def rerank_scores(ranker: Ranker, archs, first: dict, spec_of, store: Path, validation, rank_by: str,
                   progress: bool) -> dict:
     """The K best orders of the first stage's `first` result, each pre-trained stand-alone for N steps (`spec_of`
     as for short:N, so the same store models) and scored; scores are minus the positions of `two_stage`."""
@@ -127,7 +127,7 @@ def rerank_scores(ranker: Ranker, archs, first: dict, spec_of, store: Path, batc
     by_arch = {a.compact: a for a in archs}
     top = sorted(first["scores"], key=lambda a: -first["scores"][a])[:k]
     second = short_scores(Ranker(f"{ranker.name} (stage 2)", "short", str(steps)), [by_arch[a] for a in top],
-                          spec_of, store, batches, rank_by, progress)
+                          spec_of, store, validation, rank_by, progress)
     ranking = two_stage(first["scores"], second["scores"], k)
     return {"scores": {a: -float(i) for i, a in enumerate(ranking)}, "metrics": second["metrics"],
             "first_stage": base, "k": k, "steps": steps, "stage2_scores": second["scores"], "runs": second["runs"],

@@ -28,7 +28,7 @@ from ..rundir import RunDir
 from ..safeio import read_json
 from .common import StudyOptions, begin, log, shown_path, shown_stats, start
 from .stats import kendall, markdown_table, noise_ceiling, rank_correlations, regret, top_overlap
-from .store import Standalone, preset_size, standalone_metrics, standalone_spec, train_all
+from .store import Standalone, Validation, preset_size, standalone_spec, train_all
 
 ORDERS = "orders.json"
 TRUTH = "ground_truth.json"
@@ -145,14 +145,15 @@ def run_ranking(opts: RankingOptions) -> dict:
 
     seeds = list(range(opts.seed, opts.seed + k))
     paths = train_all(standalone_specs(orders, seeds, budget=budget, **common), opts.store(), opts.progress)
-    truth = _score_truth(out, paths, ref.batches, opts.rank_by)
+    validation = Validation(ref.batches, {**ref.val_stats, "data_seed": opts.data_seed})
+    truth = _score_truth(out, paths, validation, opts.rank_by)
     per_seed = np.array([[truth[p.name]["score"] for p in paths[i::len(orders)]] for i in range(len(orders))])
     gt = per_seed.mean(1)
 
     # 3. the rankers
     results = {}
     for r in sorted(rankers, key=lambda r: r.kind == "rerank"):  # a two-stage ranker after its first stage
-        results[r.name] = _ranker_result(r, out, archs, opts, ref, spec_of, budget, results)
+        results[r.name] = _ranker_result(r, out, archs, opts, ref, spec_of, budget, results, validation)
 
     # 4. statistics
     mixed = [i for i, a in enumerate(archs) if _mixed(a)]
@@ -195,25 +196,20 @@ def _mixed(arch: Arch) -> bool:
     return is_mixed(arch)
 
 
-def _score_truth(out: Path, paths: list[Path], batches, rank_by: str) -> dict:
-    """{model dir name: metrics + score + training core-minutes}, computed once per model (kept in
-    ground_truth.json as they come, so a killed study does not score a model twice)."""
+def _score_truth(out: Path, paths: list[Path], validation, rank_by: str) -> dict:
+    """{model dir name: metrics + score + training core-minutes} (ground_truth.json); each model scored once per
+    validation set, whichever study or process scores it (`store.Validation`)."""
     from ..training import core_minutes
     from .rankers import rank_score
 
-    known = read_json(out / TRUTH)["models"] if (out / TRUTH).is_file() else {}
-    for i, path in enumerate(paths):
-        if path.name in known:
-            continue
-        log(f"[{i + 1}/{len(paths)}] scoring {path.name} on {len(batches)} validation batches")
-        m = standalone_metrics(path, batches)
-        known[path.name] = {**m, "score": rank_score(m, rank_by),
-                            "core_minutes": core_minutes(RunDir(path, "pretrain").meta)}
-        write_json(out / TRUTH, {"models": known})
+    metrics = validation.metrics_all(paths, "ground truth ")
+    known = {p.name: {**m, "score": rank_score(m, rank_by), "core_minutes": core_minutes(RunDir(p, "pretrain").meta)}
+             for p, m in zip(paths, metrics)}
+    write_json(out / TRUTH, {"models": known})
     return known
 
 
-def _ranker_result(r, out: Path, archs, opts, ref, spec_of, budget, done: dict) -> dict:
+def _ranker_result(r, out: Path, archs, opts, ref, spec_of, budget, done: dict, validation) -> dict:
     """One ranker's scores of every order (kept in rankers/<name>.json; recomputed only when orders are missing).
     `done`: the results so far by ranker name (a two-stage ranker's first stage)."""
     import dataclasses
@@ -234,10 +230,10 @@ def _ranker_result(r, out: Path, archs, opts, ref, spec_of, budget, done: dict) 
                               opts.rank_by)
     elif r.kind == "short":
         res = short_scores(r, archs, lambda a, steps: spec_of(a, opts.seed, short_budget(steps)), opts.store(),
-                           ref.batches, opts.rank_by, opts.progress)
+                           validation, opts.rank_by, opts.progress)
     elif r.kind == "rerank":
         res = rerank_scores(r, archs, done[r.arg.split(":")[2]],
-                            lambda a, steps: spec_of(a, opts.seed, short_budget(steps)), opts.store(), ref.batches,
+                            lambda a, steps: spec_of(a, opts.seed, short_budget(steps)), opts.store(), validation,
                             opts.rank_by, opts.progress)
     else:
         res = zc_scores(r, archs, ref.cfg, ref.batches[0], opts.seed)

@@ -1,6 +1,6 @@
 """The model store: one stand-alone pre-training per (arch, objective, shape, budget, data, seed), trained once and
-reused across studies and processes (each model under its own lock), and the MLM accuracy of a stored model on
-fixed validation tokens.
+reused across studies and processes (each model under its own lock), and the MLM metrics of a stored model on
+validation tokens, kept beside it (`Validation`): scored once per validation set, whichever study asks.
 """
 from __future__ import annotations
 
@@ -188,6 +188,62 @@ def standalone_metrics(run_path: Path, batches) -> dict:
     from ..search.scorer import model_metrics
 
     return model_metrics(mlm_model(run_path).to(batches[0].input_ids.device), batches)
+
+
+SCORES = "scores"  # a stored model's metrics, one file per validation set: scores/<Validation.key()>.json
+
+
+@dataclass
+class Validation:
+    """Validation batches and what identifies them (data, masking, data seed, token counts: a scorer's val_stats).
+    A finished model's metrics on them are kept in its run directory (scores/<key>.json), so every study and
+    process sharing the store scores a model once per validation set; a model re-trained from scratch loses its
+    directory, scores included."""
+
+    batches: list
+    identity: dict
+
+    def key(self) -> str:
+        blob = json.dumps({**self.identity, "data": str(Path(self.identity["data"]).resolve())}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+    def _file(self, run_path: Path) -> Path:
+        return run_path / SCORES / f"{self.key()}.json"
+
+    def metrics(self, run_path: Path) -> dict:
+        """`standalone_metrics` of a finished model, computed once (kept in its directory)."""
+        from ..safeio import read_json
+
+        path = self._file(run_path)
+        if path.is_file():
+            return read_json(path)["metrics"]
+        import time
+
+        from ..training import scoring_minutes
+
+        start = time.perf_counter()
+        m = standalone_metrics(run_path, self.batches)
+        write_json(path, {"validation": self.identity, "metrics": m,
+                          "core_minutes": scoring_minutes(time.perf_counter() - start)})
+        return m
+
+    def core_minutes(self, paths: list[Path]) -> float:
+        """What scoring these models cost, whoever scored them (kept with their metrics)."""
+        from ..safeio import read_json
+
+        return sum(read_json(self._file(p)).get("core_minutes", 0.0) for p in paths)
+
+    def metrics_all(self, paths: list[Path], what: str = "") -> list[dict]:
+        """`metrics` of every model, split with any other process scoring the same models (`one_process_each`)."""
+        def work(item):
+            i, path = item
+            if not self._file(path).is_file():
+                log(f"[{i + 1}/{len(paths)}] scoring {what}{path.name} on {len(self.batches)} validation batches")
+                self.metrics(path)
+
+        one_process_each(list(enumerate(paths)), lambda item: item[1].parent / f".{item[1].name}.score.lock", work,
+                         skip=lambda item: self._file(item[1]).is_file())
+        return [self.metrics(p) for p in paths]
 
 
 def validation_batches(data_path: str, cfg, val_tokens: int, masking: str = "fixed", data_seed: int = 0):
