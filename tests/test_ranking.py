@@ -185,6 +185,9 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
     assert res["seeds"] == [0, 1] and res["validation"]["masking"] == "full"
     for row in res["rows"]:
         assert len(row["seeds"]) == 2 and row["ground_truth"] == pytest.approx(np.mean(row["seeds"]))
+    mixed = [row["seeds"] for row in res["rows"] if "s" in row["arch"] and "c" in row["arch"]]
+    assert res["mixed_orders"] == len(mixed)
+    assert res["noise_ceiling_mixed"] == (noise_ceiling(mixed) if len(mixed) >= 3 else None)
     assert [t["ranker"] for t in res["rankers"]] == ["spos", "short:10", "zc:synflow", "rerank:2:10"]
     two = res["ranker_details"]["rerank:2:10"]  # the spos top 2 re-ranked by the short:10 models (no new training)
     spos = sorted(res["rows"], key=lambda r: -r["spos"])

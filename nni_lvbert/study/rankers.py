@@ -121,7 +121,7 @@ def two_stage(first: dict[str, float], second: dict[str, float], k: int) -> list
 def rerank_scores(ranker: Ranker, archs, first: dict, spec_of, store: Path, validation, rank_by: str,
                   progress: bool) -> dict:
     """The K best orders of the first stage's `first` result, each pre-trained stand-alone for N steps (`spec_of`
-    as for short:N, so the same store models) and scored; scores are minus the positions of `two_stage`."""
+    as for short:N, so the same store models) and scored; scores are minus the ranks of `two_stage` (-1 best)."""
     k, steps, base = ranker.arg.split(":")
     k, steps = int(k), int(steps)
     by_arch = {a.compact: a for a in archs}
@@ -129,7 +129,7 @@ def rerank_scores(ranker: Ranker, archs, first: dict, spec_of, store: Path, vali
     second = short_scores(Ranker(f"{ranker.name} (stage 2)", "short", str(steps)), [by_arch[a] for a in top],
                           spec_of, store, validation, rank_by, progress)
     ranking = two_stage(first["scores"], second["scores"], k)
-    return {"scores": {a: -float(i) for i, a in enumerate(ranking)}, "metrics": second["metrics"],
+    return {"scores": {a: -float(rank) for rank, a in enumerate(ranking, 1)}, "metrics": second["metrics"],
             "first_stage": base, "k": k, "steps": steps, "stage2_scores": second["scores"], "runs": second["runs"],
             "train_core_minutes": first.get("train_core_minutes", 0.0) + second["train_core_minutes"],
             "core_minutes": first["core_minutes"] + second["core_minutes"]}

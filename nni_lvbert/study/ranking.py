@@ -177,7 +177,9 @@ def run_ranking(opts: RankingOptions) -> dict:
     result = {"study": "ranking", "supernet": shown_path(opts.supernet), "size": size,
               "budget": budget.__dict__, "seeds": seeds, "data": shown_path(data), "rank_by": opts.rank_by,
               "validation": shown_stats(ref.val_stats), "orders": len(orders), "mixed_orders": len(mixed),
-              "noise_ceiling": noise_ceiling(per_seed), "seed_std_median": spread,
+              "noise_ceiling": noise_ceiling(per_seed),
+              "noise_ceiling_mixed": noise_ceiling(per_seed[mixed]) if len(mixed) >= 3 else None,
+              "seed_std_median": spread,
               "ground_truth_core_minutes": sum(truth[p.name]["core_minutes"] for p in paths),
               "rankers": table, "rows": rows,
               "ranker_details": {name: {key: v for key, v in res.items() if key not in ("scores", "metrics")}
@@ -258,9 +260,11 @@ def _tau_cell(t: dict) -> str:
 
 def _report(result: dict, out: Path) -> None:
     b, ceiling = result["budget"], result["noise_ceiling"]
-    ceiling_text = (f"{ceiling['kendall_tau']:.3f} (halves of {ceiling['halves'][0]} and {ceiling['halves'][1]} "
-                    f"seeds; {ceiling['splits']} splits, {ceiling['min']:.3f} to {ceiling['max']:.3f})"
-                    if ceiling else "n/a (one seed)")
+    def ceiling_text(ceiling):
+        return (f"{ceiling['kendall_tau']:.3f} (halves of {ceiling['halves'][0]} and {ceiling['halves'][1]} seeds; "
+                f"{ceiling['splits']} splits, {ceiling['min']:.3f} to {ceiling['max']:.3f})"
+                if ceiling else "n/a (one seed)")
+
     seeds = len(result["seeds"])
     md = [f"# Rankers against stand-alone training ({result['orders']} orders, {seeds} seed{'s' * (seeds > 1)})\n",
           f"Reference supernet `{result['supernet']}` (size {result['size']}). Ground truth: MLM from scratch, "
@@ -268,7 +272,8 @@ def _report(result: dict, out: Path) -> None:
           f"{', '.join(map(str, result['seeds']))}; scored by {result['rank_by']} on "
           f"{result['validation']['masked_tokens']} masked validation tokens "
           f"({result['validation'].get('masking', 'fixed')} masking).\n",
-          f"- noise ceiling (Kendall tau between seed halves): **{ceiling_text}**",
+          f"- noise ceiling (Kendall tau between seed halves): **{ceiling_text(ceiling)}**; among the mixed orders "
+          f"(beside tau (mixed)): {ceiling_text(result.get('noise_ceiling_mixed'))}",
           f"- median seed spread (std over seeds) of an order's score: {_num(result['seed_std_median'], 4)}",
           f"- orders with both attention and convolution: {result['mixed_orders']}\n",
           markdown_table(["ranker", "core-min", "Kendall tau [95 %]", "Spearman rho", "tau (mixed)", "top-5",
