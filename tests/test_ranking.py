@@ -207,6 +207,7 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
     models = sorted(p.name for p in (out / "models").glob("*/meta.json"))
     assert len(list((out / "models").glob("*-mlm-seed*/meta.json"))) == 5 * 2 + 5  # ground truth + short:10
     assert (out / "ranking.png").stat().st_size > 5000 and (out / "ranking-scatter.png").is_file()
+    assert (out / "ranking-truth.png").stat().st_size > 5000
     assert "noise ceiling" in (out / "ranking.md").read_text()
     printed = json.loads(stdout.strip().splitlines()[-1])
     assert printed["orders"] == 5 and set(printed["rankers"]) == {"spos", "short:10", "zc:synflow", "rerank:2:10"}

@@ -11,7 +11,8 @@
    every order, on the same tokens for the trained ones, and records its cost in core-minutes;
 4. per ranker: Kendall tau and Spearman rho with bootstrap 95 % intervals, tau among the orders with both
    attention and convolution, top-5 overlap, regret of its pick; ranking.json / .md / .png (tau and regret
-   against cost) and ranking-scatter.png (ground truth against each ranker).
+   against cost), ranking-scatter.png (ground truth against each ranker) and ranking-truth.png (each order's
+   seeds and their mean).
 """
 from __future__ import annotations
 
@@ -289,21 +290,23 @@ def _report(result: dict, out: Path) -> None:
     write_text(out / "ranking.md", "\n".join(md))
     _plot_cost(result, out / "ranking.png")
     _plot_scatter(result, out / "ranking-scatter.png")
+    _plot_truth(result, out / "ranking-truth.png")
 
 
 def _plot_cost(result: dict, path: Path) -> None:
     """Kendall tau (with its interval) and regret against each ranker's cost, log scale."""
     plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6))
+    taus, regrets = [], []
     for t in result["rankers"]:
         cost = max(t["core_minutes"], 1e-3)
         if t["kendall_tau"] is not None:
             ci = t["kendall_tau_ci95"] or [t["kendall_tau"]] * 2
             left.errorbar([cost], [t["kendall_tau"]], yerr=[[t["kendall_tau"] - ci[0]], [ci[1] - t["kendall_tau"]]],
                           fmt="o", capsize=3)
-            left.annotate(t["ranker"], (cost, t["kendall_tau"]), fontsize=8, xytext=(5, 4), textcoords="offset points")
+            taus.append((t["ranker"], cost, t["kendall_tau"]))
         right.plot([cost], [t["regret"]], "o")
-        right.annotate(t["ranker"], (cost, t["regret"]), fontsize=8, xytext=(5, 4), textcoords="offset points")
+        regrets.append((t["ranker"], cost, t["regret"]))
     ceiling = result["noise_ceiling"]
     if ceiling:
         left.axhline(ceiling["kendall_tau"], ls="--", color="0.4", lw=1, label="noise ceiling")
@@ -311,11 +314,13 @@ def _plot_cost(result: dict, path: Path) -> None:
     if result["seed_std_median"] is not None:
         right.axhline(result["seed_std_median"], ls="--", color="0.4", lw=1, label="median seed spread")
         right.legend(fontsize=8)
-    for ax, label in ((left, "Kendall τ against the ground truth"), (right, "regret of the pick")):
+    for ax, label, points in ((left, "Kendall τ against the ground truth", taus),
+                              (right, "regret of the pick", regrets)):
         ax.set_xscale("log")
         ax.set_xlabel("cost (core-minutes)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
+        _label_points(ax, points, [(x, y) for _, x, y in points])
     fig.suptitle(f"{result['orders']} orders, {len(result['seeds'])}-seed stand-alone ground truth", fontsize=10)
     save_figure(fig, path, dpi=110, bbox_inches="tight")
 
@@ -324,9 +329,13 @@ def _plot_scatter(result: dict, path: Path) -> None:
     """The ground truth against each ranker's scores, one panel per ranker, the named orders labelled."""
     plt = pyplot()
     rankers = result["rankers"]
-    fig, axes = plt.subplots(1, len(rankers), figsize=(4.2 * len(rankers), 3.8), squeeze=False)
+    cols = min(len(rankers), 5)
+    nrows = -(-len(rankers) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.8 * nrows), squeeze=False)
+    for ax in axes.flat[len(rankers):]:
+        ax.set_visible(False)
     rows = result["rows"]
-    for ax, t in zip(axes[0], rankers):
+    for ax, t in zip(axes.flat, rankers):
         name = t["ranker"]
         ax.scatter([r[name] for r in rows], [r["ground_truth"] for r in rows], s=22, zorder=3)
         _label_points(ax, [(r["role"], r[name], r["ground_truth"]) for r in rows if r["role"] in NAMED_ARCHS
@@ -336,7 +345,35 @@ def _plot_scatter(result: dict, path: Path) -> None:
         ax.set_title(title, fontsize=9)
         ax.set_xlabel(f"{name} score")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("ground truth (stand-alone, seed mean)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("ground truth (stand-alone, seed mean)")
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
+
+
+def _plot_truth(result: dict, path: Path) -> None:
+    """The ground truth itself: every order's per-seed scores (dots) and their mean (a bar), best first; the left
+    panel all orders, the right one only those with convolution, on its own scale (how far the seeds agree
+    where the orders are close)."""
+    plt = pyplot()
+    rows = sorted(result["rows"], key=lambda r: -r["ground_truth"])
+    groups = [("all orders", rows), ("orders with convolution", [r for r in rows if "c" in r["arch"]])]
+    groups = [(title, g) for title, g in groups if g]
+    fig, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 4.2), squeeze=False)
+    colors = {True: "tab:blue", False: "tab:orange"}  # holds convolution or not
+    for ax, (title, group) in zip(axes[0], groups):
+        for x, r in enumerate(group):
+            color = colors["c" in r["arch"]]
+            ax.plot([x - 0.3, x + 0.3], [r["ground_truth"]] * 2, color=color, lw=2)
+            ax.scatter([x] * len(r["seeds"]), r["seeds"], s=10, color=color, alpha=0.6, zorder=3)
+        ax.set_xticks(range(len(group)))
+        ax.set_xticklabels([r["role"] if r["role"] in NAMED_ARCHS or r["role"] == "searched" else ""
+                            for r in group], rotation=60, ha="right", fontsize=7)
+        ax.set_title(f"{title} ({len(group)}), best first", fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0][0].set_ylabel(f"stand-alone MLM {result['rank_by']} (dots: seeds; bar: mean)")
+    fig.suptitle(f"The ground truth: {len(result['seeds'])} seed(s) per order; blue: with convolution", fontsize=10)
+    fig.tight_layout()
     save_figure(fig, path, dpi=110, bbox_inches="tight")
 
 
