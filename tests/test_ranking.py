@@ -183,6 +183,7 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
     assert len(roles) == 5 and {"bert", "dynamicconv"} <= set(roles)  # 3 stratified + 2 baselines
     assert "lvbert-small does not fit" in err and "sandwich does not fit" in err  # 6 slots: too few
     assert res["seeds"] == [0, 1] and res["validation"]["masking"] == "full"
+    assert res["validation"]["requested_tokens"] == 4096  # --quick scores on a part of the split
     for row in res["rows"]:
         assert len(row["seeds"]) == 2 and row["ground_truth"] == pytest.approx(np.mean(row["seeds"]))
     mixed = [row["seeds"] for row in res["rows"] if "s" in row["arch"] and "c" in row["arch"]]

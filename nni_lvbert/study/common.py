@@ -23,6 +23,7 @@ from ..options import OutputOptions, opt, to_dict
 from ..rundir import RunDir
 
 ALL_TOKENS = 10**9  # --val-tokens default: the whole validation split
+QUICK_VAL_TOKENS = 4096  # ... and with --quick (scoring on a whole split is minutes per model on a real corpus)
 
 # Stand-alone budgets. "tiny" is the CPU regime of the studies in docs/results.md (which says how it was chosen);
 # "quick" is CI-sized: it checks that everything runs, not what wins.
@@ -85,8 +86,8 @@ class StudyOptions(OutputOptions):
     dropout: float | None = opt(None, f"dropout (default {_T['dropout']:g})")
     seed: int = opt(0, "seed of the stand-alone trainings and the study's draws", group="")
     data_seed: int = opt(0, "seed of the fixed validation masking", group="")
-    val_tokens: int = opt(ALL_TOKENS, "validation tokens every model is scored on (default: the whole "
-                                             "validation split)", group="")
+    val_tokens: int | None = opt(None, "validation tokens every model is scored on (default: the whole "
+                                       f"validation split; quick {QUICK_VAL_TOKENS:,})", group="")
     threads: int | None = opt(None, "torch CPU threads", group="")
     given: list[str] | None = field(default=None, compare=False)
 
@@ -105,6 +106,12 @@ class StudyOptions(OutputOptions):
         budget = Budget(**{k: preset[k] if given[k] is None else given[k] for k in preset})
         budget.check()
         return budget
+
+    def validation_tokens(self) -> int:
+        """--val-tokens, else the whole split (--quick: QUICK_VAL_TOKENS)."""
+        if self.val_tokens is not None:
+            return self.val_tokens
+        return QUICK_VAL_TOKENS if self.quick else ALL_TOKENS
 
     def store(self) -> Path:
         return Path(self.models) if self.models else Path(self.out) / "models"

@@ -105,7 +105,7 @@ def run_downstream(opts: DownstreamOptions) -> dict:
                                                                    cache_dir=opts.cache_dir)
     cfg.vocab_size = data.vocab_size
     out = start(opts)
-    batches, val_stats = validation_batches(str(data.path), cfg, opts.val_tokens)
+    batches, val_stats = validation_batches(str(data.path), cfg, opts.validation_tokens())
 
     specs = {(label, p): Standalone(arch=letters, objective=opts.objective, size=opts.size,
                                     model_config=cfg.to_dict(), budget=budget, data=str(data.path), seed=p,

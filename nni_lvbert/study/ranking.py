@@ -116,7 +116,7 @@ def run_ranking(opts: RankingOptions) -> dict:
         raise UserError(f"--rank-by must be acc or loss, got {opts.rank_by!r}")
     rankers = parse_rankers(opts.rankers or ["spos"], opts.supernet)
     budget = opts.budget()
-    ref = SupernetScorer(opts.supernet, val_tokens=opts.val_tokens, device="cpu", prefix_cache=False,
+    ref = SupernetScorer(opts.supernet, val_tokens=opts.validation_tokens(), device="cpu", prefix_cache=False,
                          masking=opts.val_masking, data_seed=opts.data_seed)
 
     # 1. the orders (stored: a resumed study keeps its set)
@@ -229,7 +229,7 @@ def _ranker_result(r, out: Path, archs, opts, ref, spec_of, budget, done: dict, 
             return stored
     log(f"ranker {r.name}: scoring {len(archs)} orders")
     if r.kind == "supernet":
-        res = supernet_scores(r, archs, opts.val_masking, ref.val_stats["data"], opts.data_seed, opts.val_tokens,
+        res = supernet_scores(r, archs, opts.val_masking, ref.val_stats["data"], opts.data_seed, opts.validation_tokens(),
                               opts.rank_by)
     elif r.kind == "short":
         res = short_scores(r, archs, lambda a, steps: spec_of(a, opts.seed, short_budget(steps)), opts.store(),
