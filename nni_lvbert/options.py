@@ -173,7 +173,8 @@ def resume_from(opts, stored: dict | None, where, *, always_current=("resume", "
     """`opts` for resuming the run in `where`: the stored options, with given options checked against them.
 
     A given option that contradicts the stored value is one `error:` line naming both values; options in
-    `MAY_CHANGE` (or the class's `MAY_CHANGE_ON_RESUME`) take the given value; `always_current` (resume/overwrite) always come from `opts`."""
+    `MAY_CHANGE` (or the class's `MAY_CHANGE_ON_RESUME`) take the given value; `always_current` (resume/overwrite)
+    always come from `opts`."""
     if stored is None:
         raise UserError(f"cannot resume {where}: it holds no stored options (made by an older nni-lvbert?); "
                         "start it again with --overwrite")

@@ -11,7 +11,7 @@ scores cost in core-minutes (training included). Each is an option of an ordinar
 - `rerank:K:N` (or `rerank:K:N:BASE`): two-stage search (`lvbert search run --rerank K --rerank-steps N`) over the
   study's orders: the K best of the supernet ranker BASE (default spos) re-ranked by N steps of stand-alone
   pre-training (the same models as `short:N`), above the other orders in BASE's order; its scores are minus the
-  positions of that ranking; cost = BASE's plus the K trainings and their scoring.
+  ranks in that ranking (-1 the best); cost = BASE's plus the K trainings and their scoring.
 
 `--rank-by loss` ranks the trained rankers by (minus) validation MLM loss instead of accuracy.
 """
@@ -30,6 +30,11 @@ class Ranker:
     name: str  # as the study reports it
     kind: str  # supernet | short | zc | rerank
     arg: str  # the supernet run directory, the steps, the proxy, or K:N:BASE
+
+    @property
+    def first_stage(self) -> str:
+        """A two-stage ranker's BASE: the name of the supernet ranker whose K best it re-ranks."""
+        return self.arg.split(":")[2]
 
 
 def parse_rankers(items: list[str], supernet: str) -> list[Ranker]:
@@ -66,8 +71,8 @@ def parse_rankers(items: list[str], supernet: str) -> list[Ranker]:
         raise UserError(f"--rankers names repeat: {', '.join(names)}")
     supernets = [r.name for r in out if r.kind == "supernet"]
     for r in out:
-        if r.kind == "rerank" and r.arg.split(":")[2] not in supernets:
-            raise UserError(f"ranker {r.name}: its first stage {r.arg.split(':')[2]!r} is not a supernet ranker of "
+        if r.kind == "rerank" and r.first_stage not in supernets:
+            raise UserError(f"ranker {r.name}: its first stage {r.first_stage!r} is not a supernet ranker of "
                             f"--rankers ({', '.join(supernets) or 'none'})")
     for r in out:
         if r.kind == "supernet" and not Path(r.arg).is_dir():
@@ -110,10 +115,15 @@ def short_scores(ranker: Ranker, archs, spec_of, store: Path, validation, rank_b
             "core_minutes": train + validation.core_minutes(paths)}
 
 
+def best_first(scores: dict[str, float]) -> list[str]:
+    """The orders of `scores`, best first (sorted() is stable: ties keep their order)."""
+    return sorted(scores, key=lambda a: -scores[a])
+
+
 def two_stage(first: dict[str, float], second: dict[str, float], k: int) -> list[str]:
     """The two-stage ranking, best first: the k best orders of `first` (ties: the earlier order) sorted by `second`
     (ties: by `first`), then the other orders in `first`'s order. `second` needs only those k orders."""
-    by_first = sorted(first, key=lambda a: -first[a])  # sorted() is stable: ties keep their order
+    by_first = best_first(first)
     top = by_first[:k]
     return sorted(top, key=lambda a: (-second[a], top.index(a))) + by_first[k:]
 
@@ -122,15 +132,14 @@ def rerank_scores(ranker: Ranker, archs, first: dict, spec_of, store: Path, vali
                   progress: bool) -> dict:
     """The K best orders of the first stage's `first` result, each pre-trained stand-alone for N steps (`spec_of`
     as for short:N, so the same store models) and scored; scores are minus the ranks of `two_stage` (-1 best)."""
-    k, steps, base = ranker.arg.split(":")
-    k, steps = int(k), int(steps)
+    k, steps = (int(v) for v in ranker.arg.split(":")[:2])
     by_arch = {a.compact: a for a in archs}
-    top = sorted(first["scores"], key=lambda a: -first["scores"][a])[:k]
+    top = best_first(first["scores"])[:k]
     second = short_scores(Ranker(f"{ranker.name} (stage 2)", "short", str(steps)), [by_arch[a] for a in top],
                           spec_of, store, validation, rank_by, progress)
     ranking = two_stage(first["scores"], second["scores"], k)
     return {"scores": {a: -float(rank) for rank, a in enumerate(ranking, 1)}, "metrics": second["metrics"],
-            "first_stage": base, "k": k, "steps": steps, "stage2_scores": second["scores"], "runs": second["runs"],
+            "first_stage": ranker.first_stage, "k": k, "steps": steps, "stage2_scores": second["scores"], "runs": second["runs"],
             "train_core_minutes": first.get("train_core_minutes", 0.0) + second["train_core_minutes"],
             "core_minutes": first["core_minutes"] + second["core_minutes"]}
 

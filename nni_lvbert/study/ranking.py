@@ -229,13 +229,13 @@ def _ranker_result(r, out: Path, archs, opts, ref, spec_of, budget, done: dict, 
             return stored
     log(f"ranker {r.name}: scoring {len(archs)} orders")
     if r.kind == "supernet":
-        res = supernet_scores(r, archs, opts.val_masking, ref.val_stats["data"], opts.data_seed, opts.validation_tokens(),
-                              opts.rank_by)
+        res = supernet_scores(r, archs, opts.val_masking, ref.val_stats["data"], opts.data_seed,
+                              opts.validation_tokens(), opts.rank_by)
     elif r.kind == "short":
         res = short_scores(r, archs, lambda a, steps: spec_of(a, opts.seed, short_budget(steps)), opts.store(),
                            validation, opts.rank_by, opts.progress)
     elif r.kind == "rerank":
-        res = rerank_scores(r, archs, done[r.arg.split(":")[2]],
+        res = rerank_scores(r, archs, done[r.first_stage],
                             lambda a, steps: spec_of(a, opts.seed, short_budget(steps)), opts.store(), validation,
                             opts.rank_by, opts.progress)
     else:
