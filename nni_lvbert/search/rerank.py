@@ -4,13 +4,12 @@ training decides.
 Stage 1 is the search itself (inherited-weight scores). Stage 2 takes the K best distinct orders of its history,
 pre-trains each stand-alone for N MLM steps (the model store under OUT/rerank/, one `lvbert pretrain` run
 directory each: resumable, kill -9 included), scores each on the whole validation split with every token masked
-once (`scorer.load_val_batches(masking="full")`) and picks the best. rerank.json keeps every candidate's scores
-and costs as they come, so a resumed search neither retrains nor rescores.
+once (`study.store.Validation`, which keeps each model's metrics in its directory, so a resumed search neither
+retrains nor rescores) and picks the best. rerank.json records both stages' scores and costs.
 """
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 
 from ..errors import UserError
@@ -49,10 +48,9 @@ def rerank(records: list[dict], k: int, steps: int, scorer, out: Path, seed: int
     """Stage 2 over the history `records`; returns rerank.json's content (its `pick` is the chosen order)."""
     from ..atomic import write_json
     from ..rundir import RunDir
-    from ..safeio import read_json
     from ..study.common import ALL_TOKENS
-    from ..study.store import preset_size, standalone_metrics, standalone_spec, train_all, validation_batches
-    from ..training import core_minutes, scoring_minutes
+    from ..study.store import Validation, preset_size, standalone_spec, train_all
+    from ..training import core_minutes
 
     size = preset_size(scorer)
     budget = budget_for(size, steps)
@@ -63,25 +61,15 @@ def rerank(records: list[dict], k: int, steps: int, scorer, out: Path, seed: int
                               data_seed=0)) for i, r in enumerate(top)]
     log(f"re-ranking the {len(top)} best distinct orders by {steps} steps of stand-alone pre-training")
     paths = train_all(specs, out / STORE, progress)
-    path = out / RERANK
-    known = {c["arch"]: c for c in read_json(path)["candidates"]} if path.is_file() else {}
-    batches = None
-    for r, run in zip(top, paths):
-        if r["arch"] in known and known[r["arch"]]["run"] == run.name:
-            continue
-        if batches is None:
-            batches, _ = validation_batches(data, scorer.cfg, ALL_TOKENS, masking="full")
-        t0 = time.perf_counter()
-        m = standalone_metrics(run, batches)
-        known[r["arch"]] = {"arch": r["arch"], "inherited": r["score"], **m, "run": run.name,
-                            "core_minutes": core_minutes(RunDir(run, "pretrain").meta)
-                            + scoring_minutes(time.perf_counter() - t0)}
-        write_json(path, {"candidates": list(known.values())})
-    candidates = [known[r["arch"]] for r in top]
+    validation = Validation.load(data, scorer.cfg, ALL_TOKENS, masking="full", data_seed=0)
+    metrics = validation.metrics_all(paths, "re-ranked ")
+    candidates = [{"arch": r["arch"], "inherited": r["score"], **m, "run": run.name,
+                   "core_minutes": core_minutes(RunDir(run, "pretrain").meta) + validation.core_minutes([run])}
+                  for r, m, run in zip(top, metrics, paths)]
     pick = max(candidates, key=lambda c: (c["mlm_acc"], c["inherited"]))
     result = {"k": k, "steps": steps, "budget": dataclasses.asdict(budget), "seed": seed,
               "metric": "mlm_acc after stand-alone pre-training (whole validation split, every token masked once)",
               "candidates": candidates, "pick": pick["arch"], "pick_inherited_rank": candidates.index(pick) + 1,
               "core_minutes": sum(c["core_minutes"] for c in candidates)}
-    write_json(path, result)
+    write_json(out / RERANK, result)
     return result

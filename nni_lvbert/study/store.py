@@ -203,6 +203,12 @@ class Validation:
     batches: list
     identity: dict
 
+    @classmethod
+    def load(cls, data_path: str, cfg, val_tokens: int, masking: str, data_seed: int) -> "Validation":
+        """The validation set of `validation_batches`, identified as a study identifies it."""
+        batches, stats = validation_batches(data_path, cfg, val_tokens, masking=masking, data_seed=data_seed)
+        return cls(batches, {**stats, "data_seed": data_seed})
+
     def key(self) -> str:
         blob = json.dumps({**self.identity, "data": str(Path(self.identity["data"]).resolve())}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
