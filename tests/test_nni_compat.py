@@ -206,6 +206,33 @@ def test_nnictl_output_and_manifest():
 
 
 
+def test_a_manager_less_experiment_keeps_its_manifest_entry_in_its_workdir(tmp_path, monkeypatch):
+    """NNI lists every in-process NasExperiment in the user's nnictl experiment list (the workaround's reason, so it
+    fails here once NNI stops); under manifest_in the entry, start and stop, is in the run's own directory."""
+    from types import SimpleNamespace
+
+    from nni.nas.experiment import NasExperiment
+    from nni.tools.nnictl.config_utils import Experiments
+
+    nni_compat.use_pid_file_lock()
+    home, work = tmp_path / "home", tmp_path / "work"
+    monkeypatch.setattr(Experiments.__init__, "__defaults__", (str(home),))  # the user's list, here a temp one
+
+    def exp(i):
+        config = SimpleNamespace(experiment_name=None, experiment_working_directory=str(work))
+        return SimpleNamespace(id=i, config=config)
+
+    NasExperiment._start_without_nni_manager(exp("plain"))
+    assert list(Experiments().get_all_experiments()) == ["plain"]
+    with nni_compat.manifest_in(work):
+        NasExperiment._start_without_nni_manager(exp("ours"))
+        NasExperiment._stop_without_nni_manager(exp("ours"))
+    assert list(Experiments().get_all_experiments()) == ["plain"]
+    assert Experiments(str(work)).get_all_experiments()["ours"]["status"] == "STOPPED"
+    NasExperiment._stop_without_nni_manager(exp("plain"))  # patched only while active
+    assert Experiments().get_all_experiments()["plain"]["status"] == "STOPPED"
+
+
 def test_experiment_list_lock_keeps_nnis_protocol_without_filelock(tmp_path):
     from nni.tools.nnictl import common_utils
     from nni.tools.nnictl.config_utils import Experiments

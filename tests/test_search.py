@@ -296,6 +296,9 @@ def test_same_seed_same_result_and_resume_does_not_rescore(tiny, tmp_path, capsy
     hist = lambda d: [(r["strategy"], r["arch"], r["score"]) for r in map(json.loads, (tmp_path / d / "history.jsonl").read_text().splitlines())]  # noqa: E731
     best = lambda d: json.loads((tmp_path / d / "best_arch.json").read_text())  # noqa: E731
     assert hist("a") == hist("b") and best("a")["compact"] == best("b")["compact"]
+    # NNI's manifest entries of the two in-process experiments are kept in the run, not the user's nnictl list
+    manifest = json.loads((tmp_path / "a" / "nni" / ".experiment").read_text())
+    assert len(manifest) == 2 and all(e["status"] == "STOPPED" for e in manifest.values())
 
     computed = []
     original = scorer_mod.SupernetScorer.score
