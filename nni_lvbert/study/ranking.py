@@ -314,6 +314,9 @@ def _plot_cost(result: dict, path: Path) -> None:
     if result["seed_std_median"] is not None:
         right.axhline(result["seed_std_median"], ls="--", color="0.4", lw=1, label="median seed spread")
         right.legend(fontsize=8)
+        # linear up to a tenth of the seed spread, logarithmic above: picks within the noise stay apart from a
+        # pick that is far off
+        right.set_yscale("symlog", linthresh=max(result["seed_std_median"] / 10, 1e-6))
     for ax, label, points in ((left, "Kendall τ against the ground truth", taus),
                               (right, "regret of the pick", regrets)):
         ax.set_xscale("log")
@@ -391,11 +394,16 @@ def _label_points(ax, labels, points=(), fontsize: int = 8) -> None:
         px, py = (v / scale for v in ax.transData.transform((x, y)))
         w = width * len(text)
         offsets = [(6, -4), (-6 - w, -4), (6, 3), (6, -13), (-6 - w, 3), (-6 - w, -13), (6, 13), (6, -23),
-                   (-6 - w, 13), (-6 - w, -23), (20, -4), (-20 - w, -4)]
+                   (-6 - w, 13), (-6 - w, -23), (20, -4), (-20 - w, -4), (6, 23), (-6 - w, 23), (6, 33),
+                   (-6 - w, 33), (6, -33), (-6 - w, -33)]
         boxes = [(px + dx, py + dy, px + dx + w, py + dy + height) for dx, dy in offsets]
-        free = [b for b in boxes if x0 <= b[0] and b[2] <= x1 and y0 <= b[1] and b[3] <= y1
-                and not any(b[0] < o[2] and o[0] < b[2] and b[1] < o[3] and o[1] < b[3] for o in placed)]
-        box = free[0] if free else boxes[0]
+
+        def overlap(b):  # area shared with the markers and labels placed so far
+            return sum(max(0, min(b[2], o[2]) - max(b[0], o[0])) * max(0, min(b[3], o[3]) - max(b[1], o[1]))
+                       for o in placed)
+
+        inside = [b for b in boxes if x0 <= b[0] and b[2] <= x1 and y0 <= b[1] and b[3] <= y1] or boxes
+        box = min(inside, key=overlap)  # the first free box, else the least covered one
         placed.append(box)
         ax.annotate(text, (x, y), fontsize=fontsize, xytext=(box[0] - px, box[1] - py), textcoords="offset points",
                     arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "0.4", "shrinkA": 0, "shrinkB": 3})
