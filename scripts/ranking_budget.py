@@ -58,7 +58,7 @@ def compare(a: dict, b: dict) -> dict:
 
 def plot(result: dict, path: Path) -> None:
     from nni_lvbert.atomic import pyplot, save_figure
-    from nni_lvbert.study.ranking import _label_points  # labels clear of each other and of the markers
+    from nni_lvbert.study.ranking_plots import label_points  # labels clear of each other and of the markers
 
     s0, s1 = result["steps"]
     plt = pyplot()
@@ -70,7 +70,7 @@ def plot(result: dict, path: Path) -> None:
             named = r["role"] in NAMED
             ax.scatter(x, y, marker="s" if named else "o", s=36 if named else 24, color="C1" if named else "C0",
                        zorder=3)
-        _label_points(ax, [(r["role"], x, y) for r, (x, y) in zip(result["rows"], points) if r["role"] in NAMED],
+        label_points(ax, [(r["role"], x, y) for r, (x, y) in zip(result["rows"], points) if r["role"] in NAMED],
                       points, fontsize=7)
         c = result[key]
         ax.set_title(f"{steps} stand-alone steps: Kendall τ = {c['kendall_tau']:.2f}", fontsize=10)

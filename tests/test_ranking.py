@@ -272,10 +272,11 @@ def test_orders_of_a_study_include_baselines_and_the_searched_order(tmp_path):
 def test_report_of_a_one_seed_study_with_an_undefined_tau(tmp_path, monkeypatch):
     """One seed (the early answer from the seed-0 models): no noise ceiling, no seed spread; a ranker whose scores
     are all equal reads 'n/a (...)' in the table and the plot titles, never 'undefined n/a'."""
-    from nni_lvbert.study import ranking
+    from nni_lvbert.study import ranking, ranking_plots
 
     titles = []
-    monkeypatch.setattr(ranking, "save_figure", lambda fig, path, **kw: titles.extend(ax.get_title() for ax in fig.axes))
+    monkeypatch.setattr(ranking_plots, "save_figure",
+                        lambda fig, path, **kw: titles.extend(ax.get_title() for ax in fig.axes))
     rows = [{"arch": a, "role": r, "ground_truth": g, "seeds": [g], "seed_std": None, "se": 0.01, "flat": 0.1}
             for a, r, g in (("ss", "bert", 0.2), ("cc", "dynamicconv", 0.3), ("sc", "uniform random", 0.25))]
     table = [{"ranker": "flat", "kind": "zc", "core_minutes": 0.01, "kendall_tau": None, "kendall_tau_ci95": None,
