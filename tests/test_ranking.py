@@ -202,6 +202,14 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
         if t["kendall_tau"] is not None:
             assert t["kendall_tau"] == pytest.approx(kendalltau(scores, truth).statistic)
         assert t["core_minutes"] > 0 and 0 <= t["top5_overlap"] <= 1 and t["regret"] >= 0
+        # the budget check: short:N against the ground truth's models of the same seed (seed 0), for short:N only
+        check = t["budget_check"]
+        assert (check is not None) == (t["ranker"] == "short:10")
+        if check and check["kendall_tau"] is not None:
+            assert check["steps"] == 10 and check["seed"] == 0
+            assert check["kendall_tau"] == pytest.approx(kendalltau(scores, [r["seeds"][0] for r in res["rows"]])
+                                                         .statistic)
+    assert "budget check: `short:10` against the ground truth's seed-0 models" in (out / "ranking.md").read_text()
     short = res["ranker_details"]["short:10"]
     assert short["steps"] == 10 and all(json.loads((out / "models" / r.split("/")[-1] / "options.json").read_text())
                                         ["max_steps"] == 10 for r in short["runs"])

@@ -170,7 +170,8 @@ def run_ranking(opts: RankingOptions) -> dict:
                       "undefined": stats.get("undefined"),
                       "kendall_tau_mixed": kendall(scores[mixed], gt[mixed]) if len(mixed) >= 3 else None,
                       "top5_overlap": top_overlap(scores, gt, 5),
-                      **{key: v if key != "pick" else archs[v].compact for key, v in regret(scores, gt).items()}})
+                      **{key: v if key != "pick" else archs[v].compact for key, v in regret(scores, gt).items()},
+                      "budget_check": _budget_check(r, scores, per_seed[:, 0], mixed, opts.seed)})
     rows = [{"arch": a.compact, "role": role, "ground_truth": float(gt[i]),
              "seeds": per_seed[i].tolist(), "seed_std": float(per_seed[i].std(ddof=1)) if k > 1 else None,
              "se": float(np.mean([truth[p.name][f"mlm_{opts.rank_by}_se"] for p in paths[i::len(orders)]])),
@@ -192,6 +193,17 @@ def run_ranking(opts: RankingOptions) -> dict:
         "rankers": {t["ranker"]: {"kendall_tau": t["kendall_tau"], "regret": t["regret"],
                                   "core_minutes": round(t["core_minutes"], 2)} for t in table},
         "result": str(out / RESULT)}
+
+
+def _budget_check(r, scores, first_seed, mixed: list[int], seed: int) -> dict | None:
+    """For `short:N`: its ranking against the ground truth's models of the same seed (the same orders and seed at
+    the two budgets): does the ground truth's budget rank as N steps do?"""
+    if r.kind != "short":
+        return None
+    stats = rank_correlations(scores, first_seed, seed=seed)
+    return {"steps": int(r.arg), "seed": seed, "kendall_tau": stats["kendall_tau"],
+            "kendall_tau_ci95": stats["kendall_tau_ci95"],
+            "kendall_tau_mixed": kendall(scores[mixed], first_seed[mixed]) if len(mixed) >= 3 else None}
 
 
 def _mixed(arch: Arch) -> bool:
@@ -277,7 +289,11 @@ def _report(result: dict, out: Path) -> None:
           f"- noise ceiling (Kendall tau between seed halves): **{ceiling_text(ceiling)}**; among the mixed orders "
           f"(beside tau (mixed)): {ceiling_text(result.get('noise_ceiling_mixed'))}",
           f"- median seed spread (std over seeds) of an order's score: {_num(result['seed_std_median'], 4)}",
-          f"- orders with both attention and convolution: {result['mixed_orders']}\n",
+          f"- orders with both attention and convolution: {result['mixed_orders']}",
+          *[f"- budget check: `{t['ranker']}` against the ground truth's seed-{t['budget_check']['seed']} models "
+            f"({b['steps']} steps): Kendall tau {_tau_cell(t['budget_check'])}, among the mixed orders "
+            f"{_num(t['budget_check']['kendall_tau_mixed'])}" for t in result["rankers"] if t.get("budget_check")],
+          "",
           markdown_table(["ranker", "core-min", "Kendall tau [95 %]", "Spearman rho", "tau (mixed)", "top-5",
                           "regret", "pick (its rank)"],
                          [[t["ranker"], f"{t['core_minutes']:.1f}",
