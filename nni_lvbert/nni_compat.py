@@ -201,8 +201,9 @@ def run_nas_experiment(space, evaluator, strategy, workdir: Path, config=None):
 # times per run: 3,210 such entries from a few weeks of runs and tests made every `lvbert search run` 5 s slower here
 # (0.85 s per read) and every nnictl command slower too. The entries have no manager, port or web UI: nnictl can
 # neither show their trials nor stop or resume them. So each run keeps its entry in its own working directory
-# (<workdir>/.experiment). Entries made before this stay in the user's list (`nnictl experiment delete` removes
-# them). Drop when: NNI stops listing manager-less experiments, or reads the list in time independent of its size.
+# (<workdir>/.experiment). Entries made before this stay in the user's list (`nnictl experiment delete` would also
+# delete their folders, the runs' nni/ folders). Drop when: NNI stops listing manager-less experiments, or reads the
+# list in time independent of its size.
 def manifest_in(workdir: Path):
     """While active, NasExperiment's manifest (config_utils.Experiments) is `workdir`/.experiment."""
     import contextlib
