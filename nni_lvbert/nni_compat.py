@@ -9,6 +9,7 @@ search/nnictl.py: reading a stopped experiment's trials); their blocks here say 
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
@@ -204,24 +205,20 @@ def run_nas_experiment(space, evaluator, strategy, workdir: Path, config=None):
 # (<workdir>/.experiment). Entries made before this stay in the user's list (`nnictl experiment delete` would also
 # delete their folders, the runs' nni/ folders). Drop when: NNI stops listing manager-less experiments, or reads the
 # list in time independent of its size.
+@contextlib.contextmanager
 def manifest_in(workdir: Path):
     """While active, NasExperiment's manifest (config_utils.Experiments) is `workdir`/.experiment."""
-    import contextlib
     import functools
 
     import nni.nas.experiment.experiment as nas_experiment
     from nni.tools.nnictl.config_utils import Experiments
 
-    @contextlib.contextmanager
-    def patched():
-        original = nas_experiment.Experiments
-        nas_experiment.Experiments = functools.partial(Experiments, home_dir=str(workdir))
-        try:
-            yield
-        finally:
-            nas_experiment.Experiments = original
-
-    return patched()
+    original = nas_experiment.Experiments
+    nas_experiment.Experiments = functools.partial(Experiments, home_dir=str(workdir))
+    try:
+        yield
+    finally:
+        nas_experiment.Experiments = original
 
 
 # --- Reporting from an nnictl trial that runs a NasExperiment ----------------------------------------------------

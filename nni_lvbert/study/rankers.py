@@ -139,7 +139,8 @@ def rerank_scores(ranker: Ranker, archs, first: dict, spec_of, store: Path, vali
                           spec_of, store, validation, rank_by, progress)
     ranking = two_stage(first["scores"], second["scores"], k)
     return {"scores": {a: -float(rank) for rank, a in enumerate(ranking, 1)}, "metrics": second["metrics"],
-            "first_stage": ranker.first_stage, "k": k, "steps": steps, "stage2_scores": second["scores"], "runs": second["runs"],
+            "first_stage": ranker.first_stage, "k": k, "steps": steps, "stage2_scores": second["scores"],
+            "runs": second["runs"],
             "train_core_minutes": first.get("train_core_minutes", 0.0) + second["train_core_minutes"],
             "core_minutes": first["core_minutes"] + second["core_minutes"]}
 

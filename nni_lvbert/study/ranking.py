@@ -147,7 +147,7 @@ def run_ranking(opts: RankingOptions) -> dict:
 
     seeds = list(range(opts.seed, opts.seed + k))
     paths = train_all(standalone_specs(orders, seeds, budget=budget, **common), opts.store(), opts.progress)
-    validation = Validation(ref.batches, {**ref.val_stats, "data_seed": opts.data_seed})
+    validation = Validation.of(ref.batches, ref.val_stats, opts.data_seed)
     truth = _score_truth(out, paths, validation, opts.rank_by)
     per_seed = np.array([[truth[p.name]["score"] for p in paths[i::len(orders)]] for i in range(len(orders))])
     gt = per_seed.mean(1)
@@ -232,8 +232,9 @@ def _ranker_result(r, out: Path, archs, opts, ref, spec_of, budget, done: dict, 
 
     from .rankers import rerank_scores, short_scores, supernet_scores, zc_scores
 
-    def short_budget(steps: int):
-        return dataclasses.replace(budget, steps=steps, warmup_steps=min(budget.warmup_steps, steps // 10))
+    def short_spec(arch: Arch, steps: int):  # short:N's and rerank's models: the study's seed, N steps
+        b = dataclasses.replace(budget, steps=steps, warmup_steps=min(budget.warmup_steps, steps // 10))
+        return spec_of(arch, opts.seed, b)
 
     path = out / "rankers" / f"{r.name.replace('/', '_').replace(':', '-')}.json"
     if path.is_file():
@@ -245,12 +246,10 @@ def _ranker_result(r, out: Path, archs, opts, ref, spec_of, budget, done: dict, 
         res = supernet_scores(r, archs, opts.val_masking, ref.val_stats["data"], opts.data_seed,
                               opts.validation_tokens(), opts.rank_by)
     elif r.kind == "short":
-        res = short_scores(r, archs, lambda a, steps: spec_of(a, opts.seed, short_budget(steps)), opts.store(),
-                           validation, opts.rank_by, opts.progress)
+        res = short_scores(r, archs, short_spec, opts.store(), validation, opts.rank_by, opts.progress)
     elif r.kind == "rerank":
-        res = rerank_scores(r, archs, done[r.first_stage],
-                            lambda a, steps: spec_of(a, opts.seed, short_budget(steps)), opts.store(), validation,
-                            opts.rank_by, opts.progress)
+        res = rerank_scores(r, archs, done[r.first_stage], short_spec, opts.store(), validation, opts.rank_by,
+                            opts.progress)
     else:
         res = zc_scores(r, archs, ref.cfg, ref.batches[0], opts.seed)
     res = {"ranker": r.name, "kind": r.kind, "arg": r.arg, **res}
