@@ -20,6 +20,17 @@ def test_top_distinct_keeps_each_order_once_best_first():
     assert [r["score"] for r in top_distinct(records, 10)] == [0.7, 0.5, 0.5, 0.2]
 
 
+@pytest.mark.parametrize("steps,warmup", [(300, 30), (4000, 200), (5, 0)])
+def test_a_short_budget_keeps_the_schedule_with_warmup_at_most_a_tenth(steps, warmup):
+    from nni_lvbert.search.rerank import budget_for
+    from nni_lvbert.study.common import Budget
+
+    full = Budget(steps=1500, lr=1e-3, warmup_steps=200, batch_size=32)
+    assert full.shortened(steps) == Budget(steps=steps, lr=1e-3, warmup_steps=warmup, batch_size=32)
+    tiny = budget_for("tiny", steps)  # --rerank's budget: the pre-training preset, shortened by the same rule
+    assert tiny.steps == steps and tiny.warmup_steps <= steps // 10
+
+
 def test_rerank_bad_values_are_one_line(tiny, tmp_path, capsys):
     for extra, message in ((["--rerank", "-1"], "--rerank must be"), (["--rerank", "2", "--rerank-steps", "0"],
                                                                        "--rerank-steps must be")):

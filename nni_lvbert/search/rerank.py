@@ -40,8 +40,8 @@ def budget_for(size: str, steps: int):
     from ..study.common import Budget
 
     preset = PretrainOptions(size=size, objective="mlm")
-    return Budget(steps=steps, lr=preset.resolved("lr"), warmup_steps=min(preset.resolved("warmup_steps"), steps // 10),
-                  batch_size=preset.resolved("batch_size"), dropout=0.0)
+    return Budget(steps=steps, lr=preset.resolved("lr"), warmup_steps=preset.resolved("warmup_steps"),
+                  batch_size=preset.resolved("batch_size"), dropout=0.0).shortened(steps)
 
 
 def rerank(records: list[dict], k: int, steps: int, scorer, out: Path, seed: int, progress: bool, log) -> dict:

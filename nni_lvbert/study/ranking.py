@@ -228,13 +228,10 @@ def _score_truth(out: Path, paths: list[Path], validation, rank_by: str) -> dict
 def _ranker_result(r, out: Path, archs, opts, ref, spec_of, budget, done: dict, validation) -> dict:
     """One ranker's scores of every order (kept in rankers/<name>.json; recomputed only when orders are missing).
     `done`: the results so far by ranker name (a two-stage ranker's first stage)."""
-    import dataclasses
-
     from .rankers import rerank_scores, short_scores, supernet_scores, zc_scores
 
     def short_spec(arch: Arch, steps: int):  # short:N's and rerank's models: the study's seed, N steps
-        b = dataclasses.replace(budget, steps=steps, warmup_steps=min(budget.warmup_steps, steps // 10))
-        return spec_of(arch, opts.seed, b)
+        return spec_of(arch, opts.seed, budget.shortened(steps))
 
     path = out / "rankers" / f"{r.name.replace('/', '_').replace(':', '-')}.json"
     if path.is_file():
