@@ -171,7 +171,7 @@ def run_ranking(opts: RankingOptions) -> dict:
                       "kendall_tau_mixed": kendall(scores[mixed], gt[mixed]) if len(mixed) >= 3 else None,
                       "top5_overlap": top_overlap(scores, gt, 5),
                       **{key: v if key != "pick" else archs[v].compact for key, v in regret(scores, gt).items()},
-                      "budget_check": _budget_check(r, scores, per_seed[:, 0], mixed, opts.seed)})
+                      "budget_check": _budget_check(r, scores, per_seed, mixed, opts.seed)})
     rows = [{"arch": a.compact, "role": role, "ground_truth": float(gt[i]),
              "seeds": per_seed[i].tolist(), "seed_std": float(per_seed[i].std(ddof=1)) if k > 1 else None,
              "se": float(np.mean([truth[p.name][f"mlm_{opts.rank_by}_se"] for p in paths[i::len(orders)]])),
@@ -195,15 +195,28 @@ def run_ranking(opts: RankingOptions) -> dict:
         "result": str(out / RESULT)}
 
 
-def _budget_check(r, scores, first_seed, mixed: list[int], seed: int) -> dict | None:
+def _budget_check(r, scores, per_seed, mixed: list[int], seed: int) -> dict | None:
     """For `short:N`: its ranking against the ground truth's models of the same seed (the same orders and seed at
-    the two budgets): does the ground truth's budget rank as N steps do?"""
+    the two budgets): does the ground truth's budget rank as N steps do? Beside it, as the yardstick, how the first
+    seed's ranking agrees with each other seed's at the ground truth's budget (what a change of seed moves)."""
     if r.kind != "short":
         return None
-    stats = rank_correlations(scores, first_seed, seed=seed)
+    first = per_seed[:, 0]
+    stats = rank_correlations(scores, first, seed=seed)
+    others = [kendall(first, per_seed[:, j]) for j in range(1, per_seed.shape[1])]
+    others_mixed = [kendall(first[mixed], per_seed[mixed, j]) for j in range(1, per_seed.shape[1])] \
+        if len(mixed) >= 3 else []
     return {"steps": int(r.arg), "seed": seed, "kendall_tau": stats["kendall_tau"],
             "kendall_tau_ci95": stats["kendall_tau_ci95"],
-            "kendall_tau_mixed": kendall(scores[mixed], first_seed[mixed]) if len(mixed) >= 3 else None}
+            "kendall_tau_mixed": kendall(scores[mixed], first[mixed]) if len(mixed) >= 3 else None,
+            "seed_to_seed_tau": _mean(others), "seed_to_seed_tau_mixed": _mean(others_mixed)}
+
+
+def _mean(values: list) -> float | None:
+    import numpy as np
+
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
 
 
 def _mixed(arch: Arch) -> bool:
@@ -262,6 +275,13 @@ def _num(v, digits: int = 3) -> str:
     return "n/a" if v is None else f"{v:.{digits}f}"
 
 
+def _budget_line(ranker: str, check: dict, steps: int) -> str:
+    return (f"- budget check: `{ranker}` against the ground truth's seed-{check['seed']} models ({steps} steps): "
+            f"Kendall tau {_tau_cell(check)}, among the mixed orders {_num(check['kendall_tau_mixed'])}; one seed "
+            f"against another at the ground truth's budget {_num(check.get('seed_to_seed_tau'))} (mixed "
+            f"{_num(check.get('seed_to_seed_tau_mixed'))})")
+
+
 def _tau_cell(t: dict) -> str:
     if t["kendall_tau"] is None:
         return f"n/a ({t.get('undefined') or 'all scores equal'})"
@@ -286,9 +306,8 @@ def _report(result: dict, out: Path) -> None:
           f"(beside tau (mixed)): {ceiling_text(result.get('noise_ceiling_mixed'))}",
           f"- median seed spread (std over seeds) of an order's score: {_num(result['seed_std_median'], 4)}",
           f"- orders with both attention and convolution: {result['mixed_orders']}",
-          *[f"- budget check: `{t['ranker']}` against the ground truth's seed-{t['budget_check']['seed']} models "
-            f"({b['steps']} steps): Kendall tau {_tau_cell(t['budget_check'])}, among the mixed orders "
-            f"{_num(t['budget_check']['kendall_tau_mixed'])}" for t in result["rankers"] if t.get("budget_check")],
+          *[_budget_line(t["ranker"], t["budget_check"], b["steps"])
+            for t in result["rankers"] if t.get("budget_check")],
           "",
           markdown_table(["ranker", "core-min", "Kendall tau [95 %]", "Spearman rho", "tau (mixed)", "top-5",
                           "regret", "pick (its rank)"],
