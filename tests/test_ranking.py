@@ -212,6 +212,8 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
             # its yardstick: seed 0 against seed 1 at the ground truth's budget
             seed_tau = kendalltau(*zip(*[r["seeds"] for r in res["rows"]])).statistic
             assert check["seed_to_seed_tau"] == (None if np.isnan(seed_tau) else pytest.approx(seed_tau))
+            other = kendalltau(scores, [r["seeds"][1] for r in res["rows"]]).statistic  # two seeds: the other one
+            assert check["kendall_tau_other_seeds"] == (None if np.isnan(other) else pytest.approx(other))
     assert "budget check: `short:10` against the ground truth's seed-0 models" in (out / "ranking.md").read_text()
     short = res["ranker_details"]["short:10"]
     assert short["steps"] == 10 and all(json.loads((out / "models" / r.split("/")[-1] / "options.json").read_text())
