@@ -9,7 +9,7 @@
 # Stages (each skipped when done): the quickstart (spos supernet + search) -> a FairNAS supernet at SPOS's compute
 # (375 steps x 4 paths) -> a few-shot split of the spos supernet (4 x 375 steps) -> a spos supernet at the few-shot
 # total compute (3,000 steps) -> `lvbert study ranking` with every ranker (ground truth, short:300, zero-cost,
-# two-stage rerank:K:300).
+# two-stage rerank:K:300, and short:4000: the budget check, whether 1,500 steps rank the orders as 4,000 do).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS="${THREADS:-1}"
@@ -19,10 +19,10 @@ S="${STUDY:-runs/study}"
 if [ -n "${QUICK:-}" ]; then
   R="${RUN:-runs/ranking-quick}" S="${STUDY:-runs/ranking-quick/study}"
   SUPER=(--max-steps 40 --val-every 20) FAIR=(--max-steps 10) FEW=(--max-steps 10) LONG=(--max-steps 80)
-  SEARCH=(--population 6 --iterations 2) STUDY_ARGS=(--quick) SHORT=short:10 RERANK=(rerank:2:10)
+  SEARCH=(--population 6 --iterations 2) STUDY_ARGS=(--quick) SHORT=short:10 RERANK=(rerank:2:10) BUDGET=short:60
 else
   SUPER=() FAIR=(--max-steps 375) FEW=(--max-steps 375) LONG=(--max-steps 3000)
-  SEARCH=() STUDY_ARGS=() SHORT=short:300 RERANK=(rerank:3:300 rerank:5:300)
+  SEARCH=() STUDY_ARGS=() SHORT=short:300 RERANK=(rerank:3:300 rerank:5:300) BUDGET=short:4000
 fi
 
 # run DIR DONE_FILE COMMAND...: COMMAND --out DIR, with --resume when DIR holds an unfinished run, skipped when done.
@@ -46,4 +46,4 @@ run "$R/supernet-fewshot" fewshot.json supernet few-shot --warm-start "$R/supern
 run "$R/supernet-long" meta.json supernet train --size tiny "${SUPER[@]}" "${LONG[@]}"
 run "$S/ranking" ranking.json study ranking --supernet "$R/supernet" --searched "$R/search" --models "$S/models" \
   --rankers spos fair="$R/supernet-fair" few-shot="$R/supernet-fewshot" spos-long="$R/supernet-long" "$SHORT" \
-  zc:synflow zc:grad-norm zc:snip "${RERANK[@]}" "${STUDY_ARGS[@]}"
+  zc:synflow zc:grad-norm zc:snip "${RERANK[@]}" "$BUDGET" "${STUDY_ARGS[@]}"
