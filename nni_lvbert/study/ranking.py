@@ -168,7 +168,7 @@ def run_ranking(opts: RankingOptions) -> dict:
                       **{key: stats[key] for key in ("kendall_tau", "kendall_tau_ci95", "spearman_rho",
                                                      "spearman_rho_ci95")},
                       "undefined": stats.get("undefined"),
-                      "kendall_tau_mixed": kendall(scores[mixed], gt[mixed]) if len(mixed) >= 3 else None,
+                      "kendall_tau_mixed": kendall(scores[mixed], gt[mixed]),  # None below 3 orders
                       "top5_overlap": top_overlap(scores, gt, 5),
                       **{key: v if key != "pick" else archs[v].compact for key, v in regret(scores, gt).items()},
                       "budget_check": _budget_check(r, scores, per_seed, mixed, opts.seed)})
@@ -181,7 +181,7 @@ def run_ranking(opts: RankingOptions) -> dict:
               "budget": budget.__dict__, "seeds": seeds, "data": shown_path(data), "rank_by": opts.rank_by,
               "validation": shown_stats(ref.val_stats), "orders": len(orders), "mixed_orders": len(mixed),
               "noise_ceiling": noise_ceiling(per_seed),
-              "noise_ceiling_mixed": noise_ceiling(per_seed[mixed]) if len(mixed) >= 3 else None,
+              "noise_ceiling_mixed": noise_ceiling(per_seed[mixed]),
               "seed_std_median": spread,
               "ground_truth_core_minutes": sum(truth[p.name]["core_minutes"] for p in paths),
               "rankers": table, "rows": rows,
@@ -204,11 +204,10 @@ def _budget_check(r, scores, per_seed, mixed: list[int], seed: int) -> dict | No
     first = per_seed[:, 0]
     stats = rank_correlations(scores, first, seed=seed)
     others = [kendall(first, per_seed[:, j]) for j in range(1, per_seed.shape[1])]
-    others_mixed = [kendall(first[mixed], per_seed[mixed, j]) for j in range(1, per_seed.shape[1])] \
-        if len(mixed) >= 3 else []
+    others_mixed = [kendall(first[mixed], per_seed[mixed, j]) for j in range(1, per_seed.shape[1])]
     return {"steps": int(r.arg), "seed": seed, "kendall_tau": stats["kendall_tau"],
             "kendall_tau_ci95": stats["kendall_tau_ci95"],
-            "kendall_tau_mixed": kendall(scores[mixed], first[mixed]) if len(mixed) >= 3 else None,
+            "kendall_tau_mixed": kendall(scores[mixed], first[mixed]),  # kendall: None below 3 orders
             "seed_to_seed_tau": _mean(others), "seed_to_seed_tau_mixed": _mean(others_mixed),
             # the ranker's seed is one of the ground truth's: against the other seeds' mean it is independent of it,
             # comparable with the noise ceiling's split that holds this seed out
@@ -281,9 +280,9 @@ def _num(v, digits: int = 3) -> str:
 def _budget_line(ranker: str, check: dict, steps: int) -> str:
     return (f"- budget check: `{ranker}` against the ground truth's seed-{check['seed']} models ({steps} steps): "
             f"Kendall tau {_tau_cell(check)}, among the mixed orders {_num(check['kendall_tau_mixed'])}; one seed "
-            f"against another at the ground truth's budget {_num(check.get('seed_to_seed_tau'))} (mixed "
-            f"{_num(check.get('seed_to_seed_tau_mixed'))}); against the other seeds' mean "
-            f"{_num(check.get('kendall_tau_other_seeds'))}")
+            f"against another at the ground truth's budget {_num(check['seed_to_seed_tau'])} (mixed "
+            f"{_num(check['seed_to_seed_tau_mixed'])}); against the other seeds' mean "
+            f"{_num(check['kendall_tau_other_seeds'])}")
 
 
 def _tau_cell(t: dict) -> str:
