@@ -100,3 +100,47 @@ def is_mixed(arch: Arch) -> bool:
     """Holds both attention and convolution (the orders the issue asks tau among)."""
     c = composition(arch)
     return c[SA] > 0 and c[DC] > 0
+
+
+# The graded set (`--order-set graded`): orders that differ in one count at a time, in steps the seeds can resolve,
+# so that the question "does the ranker follow differences stand-alone training sees?" has an answer even where
+# the stratified set's orders are indistinguishable: (attention, convolution, placement of the convolutions) at 24
+# slots (other slot counts scale). Graded convolution at 6 attention layers, graded attention at 4 convolutions,
+# and one convolution moved to the first or the last slot.
+GRADED = (
+    *((6, k, "even") for k in (0, 1, 2, 3, 4, 6, 8)),
+    *((k, 4, "even") for k in (0, 2, 10)),
+    (6, 1, "first"),
+    (6, 1, "last"),
+)
+
+
+def graded_orders(candidates, slots: int) -> list[tuple[Arch, str]]:
+    """The graded set as (order, role): attention spread evenly over the slots, convolution evenly over the slots
+    left (or in the first / last slot), feed-forward and GLU alternating in the rest. Deterministic."""
+    cands = tuple(candidates)
+    fill = [t for t in (FF, GLU) if t in cands]
+    if SA not in cands or DC not in cands or not fill:
+        raise UserError(f"the graded order set needs sa, dc and ff or glu in the space, not {'/'.join(cands)}")
+    out: dict[Arch, str] = {}
+    for sa24, dc24, placement in GRADED:
+        sa, dc = round(sa24 * slots / 24), max(round(dc24 * slots / 24), min(dc24, 1))
+        role = f"attention {sa}, convolution {dc}" + (f" in the {placement} slot" if placement != "even" else "")
+        types: list[str | None] = [None] * slots
+        for i in _spread(sa, range(slots)):
+            types[i] = SA
+        free = [i for i, t in enumerate(types) if t is None]
+        where = {"first": free[:dc], "last": free[len(free) - dc:]}.get(placement) or _spread(dc, free)
+        for i in where:
+            types[i] = DC
+        rest = (i for i, t in enumerate(types) if t is None)
+        for j, i in enumerate(rest):
+            types[i] = fill[j % len(fill)]
+        out.setdefault(Arch(tuple(types)), role)
+    return list(out.items())
+
+
+def _spread(k: int, positions) -> list[int]:
+    """k of the positions, evenly spaced (centred in k equal parts)."""
+    positions = list(positions)
+    return [positions[int((j + 0.5) * len(positions) / k)] for j in range(k)] if k else []

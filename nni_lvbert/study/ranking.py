@@ -52,6 +52,11 @@ class RankingOptions(StudyOptions):
                                           "zc:grad-norm | zc:snip | zc:synflow (zero-cost proxies) | rerank:K:N[:BASE] "
                                           "(two-stage: the K best of BASE, default spos, re-ranked by short:N)",
                                     metavar="RANKER", group="")
+    order_set: str = opt("stratified", "stratified: --num-archs orders stratified by composition and placement "
+                                       "(default); graded: 12 orders that differ in one count at a time (graded "
+                                       "convolution and attention counts, one convolution first or last), where "
+                                       "stand-alone differences are large enough to rank", choices=["stratified",
+                                                                                                 "graded"], group="")
     num_archs: int | None = opt(None, "orders stratified by composition and placement (default 20; quick 3), plus "
                                       "the baselines and the searched order", old="--archs", group="")
     num_seeds: int | None = opt(None, "stand-alone pre-training seeds per order for the ground truth, --seed .. "
@@ -70,14 +75,15 @@ def _defaults(opts: RankingOptions) -> tuple[int, int]:
             opts.num_seeds if opts.num_seeds is not None else (2 if opts.quick else 3))
 
 
-def study_orders(spec, num_archs: int, seed: int, searched: str | None = None, baselines: bool = True
-                 ) -> list[tuple[Arch, str]]:
+def study_orders(spec, num_archs: int, seed: int, searched: str | None = None, baselines: bool = True,
+                 order_set: str = "stratified") -> list[tuple[Arch, str]]:
     """The compared orders as (order, role): `num_archs` stratified by composition and placement (`orders.py`,
-    seeded), then the named baselines that fit the space, then the searched order (a search directory or a
-    best_arch.json). Each order once (its first role)."""
-    from .orders import stratified_orders
+    seeded) or the graded set, then the named baselines that fit the space, then the searched order (a search
+    directory or a best_arch.json). Each order once (its first role)."""
+    from .orders import graded_orders, stratified_orders
 
-    chosen: dict[Arch, str] = dict(stratified_orders(spec.candidates, spec.slots, num_archs, seed))
+    chosen: dict[Arch, str] = dict(graded_orders(spec.candidates, spec.slots) if order_set == "graded" else
+                                   stratified_orders(spec.candidates, spec.slots, num_archs, seed))
     if baselines:
         for name in NAMED_ARCHS:
             try:
@@ -125,14 +131,15 @@ def run_ranking(opts: RankingOptions) -> dict:
     if opts.resume and stored.is_file():
         orders = [(ref.parse(o["arch"]), o["role"]) for o in read_json(stored)["orders"]]
     else:
-        orders = study_orders(ref.spec, n, opts.seed, opts.searched, opts.baselines)
+        orders = study_orders(ref.spec, n, opts.seed, opts.searched, opts.baselines, opts.order_set)
     if len(orders) < 3:
         raise UserError(f"rank correlations need at least 3 orders, got {len(orders)}")
     out = start(opts)
     if not (out / ORDERS).is_file():
         from .orders import composition
 
-        write_json(out / ORDERS, {"seed": opts.seed, "stratified": n, "orders": [
+        write_json(out / ORDERS, {"seed": opts.seed, "set": opts.order_set,
+                                  "stratified": n if opts.order_set == "stratified" else 0, "orders": [
             {"arch": a.compact, "role": role, **composition(a)} for a, role in orders]})
     archs = [a for a, _ in orders]
 
