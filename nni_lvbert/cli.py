@@ -11,9 +11,10 @@ import importlib
 import os
 import sys
 
+from . import interrupt
 from .errors import UserError
 from .nni_compat import ignore_nni_import_warnings
-from .options import given_dests
+from .options import given_dests, launcher_is_rank_zero
 
 # (subcommand, module that registers it) in pipeline order.
 COMMANDS = [
@@ -69,6 +70,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def continue_command(parser: argparse.ArgumentParser, argv: list[str], args) -> str:
+    """The command that continues an interrupted one: its subcommand words with `--out OUT --resume` once OUT holds
+    stored options (a resumed run needs no other flag), else the command as typed (nothing was written yet)."""
+    import shlex
+    from pathlib import Path
+
+    out = getattr(args, "out", None)
+    if not out or not hasattr(args, "resume") or not (Path(out) / "options.json").is_file():
+        return shlex.join(["lvbert", *argv])
+    words, p = [], parser
+    for token in argv:  # the subcommand words: descend while the token names a subparser
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or token not in subs[0].choices:
+            break
+        words.append(token)
+        p = subs[0].choices[token]
+    return shlex.join(["lvbert", *words, "--out", str(out), "--resume"])
+
+
 def main(argv: list[str] | None = None) -> int:
     quiet_known_warnings()
     parser = build_parser()
@@ -79,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     armed = None
+    interrupt.install()
     try:
         armed = arm_stack_dumps()
         from .cliargs import apply_config
@@ -99,8 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except (KeyboardInterrupt, interrupt.Interrupted) as exc:
+        if launcher_is_rank_zero():  # DDP ranks > 0 stop silently with rank 0
+            at = exc.at if isinstance(exc, interrupt.Interrupted) else interrupt.where()
+            print(f"interrupted{f' at {at}' if at else ''}; continue with: {continue_command(parser, argv, args)}",
+                  file=sys.stderr)
         return 130
     except BrokenPipeError:  # `lvbert ... | head`: the reader left; no traceback (Python's documented recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -143,11 +143,30 @@ class DropMessage(logging.Filter):  # also training.quiet_lightning's
 _DROP_NO_CHECKPOINT_CALLBACK = DropMessage(NO_CHECKPOINT_CALLBACK)
 
 
+# NNI 3.0's sequential engine and Strategy.run() log every exception that leaves a model's training at ERROR
+# ("Model 1 fails to be executed.", "Strategy failed to execute.") before re-raising it, also the `Interrupted` a
+# Ctrl-C raises after the training kept its step (interrupt.py), which `lvbert` reports in one line of its own.
+# Drop when: NNI lets an exception type pass silently (or logs only Exceptions, not BaseExceptions).
+NNI_FAILURE_LOGGERS = ("nni.nas.execution.sequential", "nni.nas.strategy.base")
+
+
+class DropWhileInterrupted(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        from .interrupt import requested
+
+        return not requested()
+
+
+_DROP_WHILE_INTERRUPTED = DropWhileInterrupted()
+
+
 def quiet_nni_logging() -> None:  # raises levels only: a caller may have set a quieter one
     for name, level in (("nni", logging.WARNING), ("nni.nas.experiment.config.experiment", logging.ERROR)):
         logger = logging.getLogger(name)
         logger.setLevel(max(logger.level, level))
     logging.getLogger("nni.nas.oneshot.pytorch.strategy").addFilter(_DROP_NO_CHECKPOINT_CALLBACK)  # added once
+    for name in NNI_FAILURE_LOGGERS:
+        logging.getLogger(name).addFilter(_DROP_WHILE_INTERRUPTED)  # added once
 
 
 class WeightsOnlyTorchSerializer:

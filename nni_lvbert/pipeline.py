@@ -113,8 +113,7 @@ def run(opts: PipelineOptions) -> dict:
                          supernet=str(supernet_dir), strategies=list(opts.strategies), seed=opts.seed,
                          evolution=opts.evolution, out=str(search_dir), resume=resume, overwrite=not resume,
                          rerank=opts.rerank, rerank_steps=opts.rerank_steps, max_latency_ms=opts.max_latency_ms,
-                         latency_table=opts.latency_table, pareto=opts.pareto, progress=opts.progress),
-                         resume_command=f"lvbert run --out {opts.out} --resume"),
+                         latency_table=opts.latency_table, pareto=opts.pareto, progress=opts.progress)),
                      done="best_arch.json", marker="search.json")
         summary = {
             "best_arch": str(search_dir / "best_arch.json"),

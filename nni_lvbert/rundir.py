@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from .atomic import atomic_path, write_json, write_text
@@ -38,7 +39,7 @@ def check_output_dir(out: Path, resume: bool, overwrite: bool, resume_marker: st
         raise UserError(f"{what} {out} is a file")
     non_empty = out.is_dir() and any(out.iterdir())
     if resume:
-        if not (out / resume_marker).is_file():
+        if not (out / resume_marker).is_file() and not (out / OPTIONS).is_file():
             raise UserError(f"nothing to resume in {out}: no {resume_marker}")
         return False
     if non_empty and not overwrite:
@@ -103,6 +104,9 @@ class RunDir:
         check_output_dir(self.path, opts.resume, opts.overwrite, marker, self.what)
         if not opts.resume:
             return opts
+        if not self.has(marker):  # stopped before its first checkpoint: from the start, as it was begun
+            print(f"note: {self.path} has no {marker} yet: starting it again from the beginning with its stored "
+                  "options", file=sys.stderr)
         return resume_from(opts, stored if stored is not None else self.stored_options(), self.path)
 
     def open(self, opts, stored: dict | None = None, *, marker: str = OPTIONS) -> RunDir:

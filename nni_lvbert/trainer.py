@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from . import interrupt
 from .errors import UserError
 from .nni_compat import DropMessage
 
@@ -128,7 +129,8 @@ def atomic_checkpoint_callback(run_dir: Path, every: int, val_every: int | None 
         """checkpoints/last.ckpt every N steps, written to a temp file then renamed: a kill -9 never leaves a
         truncated checkpoint behind. At a step that also validates it is written after the validation (as
         Lightning's ModelCheckpoint does), so the checkpoint holds that validation's record (`validation_history`);
-        it runs after the other callbacks (last in the list), whose states it saves."""
+        it runs after the other callbacks (last in the list), whose states it saves. After a Ctrl-C it writes the
+        step just finished and stops the run (`interrupt.Interrupted`)."""
 
         def _save(self, trainer):
             final = run_dir / "checkpoints" / "last.ckpt"
@@ -138,6 +140,10 @@ def atomic_checkpoint_callback(run_dir: Path, every: int, val_every: int | None 
                 os.replace(tmp, final)
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            interrupt.note(f"step {trainer.global_step}")
+            if interrupt.stop_requested(trainer):  # Ctrl-C: keep this step, then stop (interrupt.py)
+                self._save(trainer)
+                raise interrupt.Interrupted(f"step {trainer.global_step}")
             validates = bool(val_every) and trainer.global_step % val_every == 0
             if trainer.global_step % every == 0 and not validates:
                 self._save(trainer)

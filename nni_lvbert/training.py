@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
+from . import interrupt
 from .data.split import DEFAULT_VAL_FRACTION as VAL_FRACTION  # default held-out share of documents
 from .errors import UserError
 # NNI 3.0 workarounds (trial reporting, running a NasExperiment)
@@ -197,20 +198,22 @@ def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), hi
         ckpt_every=opts.resolved("ckpt_every"), progress=opts.progress, model_summary=opts.model_summary,
         callbacks=[*callbacks, *([compile_callback(opts.compile)] if opts.compile else [])])
     ckpt = run / CHECKPOINT
-    if opts.resume:
+    if opts.resume and run.has(CHECKPOINT):
         from .safeio import check_checkpoint
 
         check_checkpoint(ckpt)
     previous = run.read_json(META) if opts.resume and run.has(META) else {}
     start = time.time()
-    if strategy is not None:
-        from nni.nas.evaluator.pytorch import Lightning
+    resume_from = str(ckpt) if opts.resume and run.has(CHECKPOINT) else None  # none: a run stopped before step 1
+    with interrupt.listening():  # Ctrl-C: stop after the step, checkpoint kept (interrupt.py)
+        if strategy is not None:
+            from nni.nas.evaluator.pytorch import Lightning
 
-        evaluator = Lightning(module, trainer, datamodule=datamodule,
-                              fit_kwargs={"ckpt_path": str(ckpt)} if opts.resume else None)
-        run_nas_experiment(space, evaluator, strategy, run.path / "nni")
-    else:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt) if opts.resume else None)
+            evaluator = Lightning(module, trainer, datamodule=datamodule,
+                                  fit_kwargs={"ckpt_path": resume_from} if resume_from else None)
+            run_nas_experiment(space, evaluator, strategy, run.path / "nni")
+        else:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
     session = time.time() - start
     if tracker is not None and tracker.restored:  # the checkpoint carried the earlier sessions' records and time
         seconds, earlier = tracker.seconds_before + session, []

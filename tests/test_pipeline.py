@@ -109,7 +109,7 @@ def test_ctrl_c_during_the_search_names_the_run_command_to_resume(tmp_path, cach
     out = tmp_path / "run"
     assert main(run_args(out, cache_dir, 4, "--val-every", "3")) == 130
     err = capsys.readouterr().err
-    assert f"continue it with: lvbert run --out {out} --resume" in err and "lvbert search run" not in err
+    assert f"continue with: lvbert run --out {out} --resume" in err and "lvbert search run" not in err
     supernet = json.loads((out / "supernet" / "meta.json").read_text())
     assert [h["step"] for h in supernet["validation"]] == [3, 4]  # --val-every, then the last step
     # minutes count every part: the interrupted part is in elapsed.json (made long here), the resumed summary adds it

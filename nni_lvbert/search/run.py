@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 from pathlib import Path
 
-from .. import layout
+from .. import interrupt, layout
 from ..arch import Arch
 from ..errors import UserError
 from ..options import OutputOptions, opt
@@ -77,7 +77,7 @@ def settings_of(opts: SearchOptions, scorer, latency=None) -> dict:
     }
 
 
-def run_search(opts: SearchOptions, log=None, resume_command: str | None = None) -> dict:
+def run_search(opts: SearchOptions, log=None) -> dict:
     """Run every strategy in `opts.strategies` with the same budget; returns best_arch.json's content."""
     log = log or (lambda msg: print(msg, file=sys.stderr))
     run = RunDir(opts.out, "search", "output directory")
@@ -151,9 +151,9 @@ def run_search(opts: SearchOptions, log=None, resume_command: str | None = None)
 
             reranked = rerank(history.records, opts.rerank, opts.rerank_steps, scorer, out, opts.seed,
                               opts.progress, log)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # lvbert's one line says how to continue (interrupt.py)
         bar.close()
-        log(f"search interrupted; continue it with: {resume_command or f'lvbert search run --out {out} --resume'}")
+        interrupt.note(f"candidate {len(history.records) + 1}")
         raise
     except UserError:
         bar.close()
