@@ -74,6 +74,16 @@ def wiki_texts(n):
 def kill9_mid_training(args: list[str], ckpt, first: int, last: int, timeout: float = 240) -> int | None:
     """Run `python -m nni_lvbert.cli ARGS` in its own process group and SIGKILL it as soon as checkpoint `ckpt`
     holds a global step in [first, last); the step it was killed at (None: it finished first)."""
+    return kill9_when(args, checkpoint_step_in(ckpt, first, last), timeout, watch=ckpt)
+
+
+def sigint_mid_training(args: list[str], ckpt, first: int, last: int, timeout: float = 240):
+    """As `kill9_mid_training` with a Ctrl-C (`sigint_when`): (the step seen, exit status, stderr)."""
+    return sigint_when(args, checkpoint_step_in(ckpt, first, last), timeout, watch=ckpt)
+
+
+def checkpoint_step_in(ckpt, first: int, last: int):
+    """A condition: the global step checkpoint `ckpt` holds when in [first, last), else None."""
     from pathlib import Path
 
     def step_in_range():
@@ -85,7 +95,7 @@ def kill9_mid_training(args: list[str], ckpt, first: int, last: int, timeout: fl
             return None
         return step if first <= step < last else None
 
-    return kill9_when(args, step_in_range, timeout, watch=ckpt)
+    return step_in_range
 
 
 def kill9_when(args: list[str], condition, timeout: float = 240, watch=None):
@@ -93,6 +103,28 @@ def kill9_when(args: list[str], condition, timeout: float = 240, watch=None):
     something other than None; that value (None: the command finished first). With `watch` (a file the command
     rewrites or appends to), `condition()` runs at each change of that file with the process group stopped
     (SIGSTOP), so a fast run cannot slip through its window between two looks; without, every 50 ms."""
+    import signal
+
+    value, rc, tail, timed_out = signal_when(args, condition, signal.SIGKILL, timeout, watch)
+    if value is None and (timed_out or rc != 0):  # not "finished before it could be killed"
+        what = f"ran past {timeout} s" if timed_out else f"failed (exit {rc})"
+        raise AssertionError(f"the command {what} before it could be killed; its stderr ends:\n{tail}")
+    return value
+
+
+def sigint_when(args: list[str], condition, timeout: float = 240, watch=None):
+    """As `kill9_when`, but a Ctrl-C: SIGINT to the command's process (as `timeout -s INT` sends it), then wait for
+    it to end. Returns (condition's value or None, exit status, stderr)."""
+    import signal
+
+    value, rc, err, timed_out = signal_when(args, condition, signal.SIGINT, timeout, watch, whole_err=True)
+    assert not timed_out, f"the command ran past {timeout} s; its stderr ends:\n{err[-3000:]}"
+    return value, rc, err
+
+
+def signal_when(args: list[str], condition, sig, timeout: float = 240, watch=None, whole_err: bool = False):
+    """Run the CLI with ARGS, send `sig` when `condition()` is not None (see kill9_when); returns (that value,
+    exit status, stderr (its last 3,000 characters unless whole_err), whether it timed out)."""
     import os
     import signal
     import subprocess
@@ -114,7 +146,14 @@ def kill9_when(args: list[str], condition, timeout: float = 240, watch=None):
             return None
         return st.st_ino, st.st_mtime_ns, st.st_size
 
-    killed_at, deadline, seen = None, time.time() + timeout, None
+    def send():
+        if sig == signal.SIGKILL:
+            os.killpg(proc.pid, sig)
+        else:  # to the command only (its process group may be stopped: continue it after)
+            os.kill(proc.pid, sig)
+            os.killpg(proc.pid, signal.SIGCONT)
+
+    sent, deadline, seen = None, time.time() + timeout, None
     while time.time() < deadline and proc.poll() is None:
         if watch is None:
             value = condition()
@@ -129,21 +168,23 @@ def kill9_when(args: list[str], condition, timeout: float = 240, watch=None):
         else:
             value = None
         if value is not None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            killed_at = value
+            send()
+            sent = value
             break
         time.sleep(0.05 if watch is None else 0.005)
-    timed_out = killed_at is None and proc.poll() is None
-    if timed_out:
+    if sent is not None and sig != signal.SIGKILL:
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            pass
+    timed_out = proc.poll() is None and (sent is None or sig != signal.SIGKILL)  # a SIGINT must end it too
+    if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     err.seek(0)
-    tail = err.read().decode(errors="replace")[-3000:]
+    text = err.read().decode(errors="replace")
     err.close()
-    if killed_at is None and (timed_out or proc.returncode != 0):  # not "finished before it could be killed"
-        what = f"ran past {timeout} s" if timed_out else f"failed (exit {proc.returncode})"
-        raise AssertionError(f"the command {what} before it could be killed; its stderr ends:\n{tail}")
-    return killed_at
+    return sent, proc.returncode, text if whole_err else text[-3000:], timed_out
 
 
 # --- the tiny shared fixtures (HF model-tester style): data, a supernet, a model directory ---------------------------

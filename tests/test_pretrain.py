@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nni_lvbert.cli import main
-from tests.conftest import kill9_mid_training, one_error_line
+from tests.conftest import kill9_mid_training, one_error_line, sigint_mid_training
 from tests.test_pretrain_objectives import batch_for
 
 
@@ -226,13 +226,22 @@ def test_compile_trains_the_eager_weights_without_graph_breaks(objective, tmp_pa
 
 
 @pytest.mark.slow
-def test_resume_after_kill9_ends_with_the_uninterrupted_weights(tmp_path, electra_run, cache_dir):
-    """kill -9 mid-run (dropout on, SOP on), then exactly `lvbert pretrain --out D --resume`: the very weights."""
+@pytest.mark.parametrize("how", ["kill -9", "ctrl-c"])
+def test_resume_after_kill9_or_ctrl_c_ends_with_the_uninterrupted_weights(tmp_path, electra_run, cache_dir, how):
+    """kill -9 (or a real SIGINT) mid-run (dropout on, SOP on), then exactly `lvbert pretrain --out D --resume` (the
+    command a Ctrl-C prints): the very weights."""
     from safetensors.torch import load_file
 
     run = tmp_path / "killed"
-    killed_at = kill9_mid_training(pretrain_args(run, cache_dir, "--sop", "--dropout", "0.1", "--ckpt-every", "1"),
-                                   run / "checkpoints" / "last.ckpt", 2, 6)
+    args = pretrain_args(run, cache_dir, "--sop", "--dropout", "0.1", "--ckpt-every", "1" if how == "kill -9" else "2")
+    if how == "kill -9":
+        killed_at = kill9_mid_training(args, run / "checkpoints" / "last.ckpt", 2, 6)
+    else:
+        killed_at, rc, err = sigint_mid_training(args, run / "checkpoints" / "last.ckpt", 2, 6)
+        assert rc == 130 and "Traceback" not in err and "Detected KeyboardInterrupt" not in err, err[-2000:]
+        step = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"]
+        assert err.strip().splitlines()[-1] == (f"interrupted at step {step}; continue with: lvbert pretrain --out "
+                                                f"{run} --resume")
     assert killed_at is not None, "training finished before it could be killed"
     assert not (run / "meta.json").exists()
     assert main(["pretrain", "--out", str(run), "--resume"]) == 0

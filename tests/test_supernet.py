@@ -10,7 +10,7 @@ import torch
 
 from nni_lvbert.cli import main
 from nni_lvbert.supernet.strategy import sample_path
-from tests.conftest import kill9_mid_training
+from tests.conftest import kill9_mid_training, sigint_mid_training
 
 REPO = Path(__file__).resolve().parent.parent
 CHOICES = {f"layer{i:02d}": ["dc", "sa", "ff", "glu"] for i in range(6)}
@@ -200,6 +200,53 @@ def test_resume_after_kill9_replays_the_uninterrupted_run(tmp_path, trained, tra
     full = json.loads((trained / "ranks" / "rank0.json").read_text())["paths"]
     assert resumed and resumed == [e for e in full if e[0] >= resumed[0][0]]  # the same paths from there on
     assert resumed[0][0] >= killed_at - 1
+
+
+def test_ctrl_c_keeps_the_step_and_its_printed_command_ends_like_the_uninterrupted_run(tmp_path, trained, space_file,
+                                                                                       cache_dir):
+    """A real SIGINT mid-training: the step in progress is kept (checkpoint), one line names it and the command to
+    continue (exit 130, no NNI/Lightning error lines), and that command, run as printed, ends with the uninterrupted
+    run's weights."""
+    import shlex
+
+    from safetensors.torch import load_file
+
+    run = tmp_path / "cut"
+    seen, rc, err = sigint_mid_training(train_args(run, space_file, cache_dir), run / "checkpoints" / "last.ckpt", 2, 8)
+    assert seen is not None, "training finished before Ctrl-C"
+    assert rc == 130, err[-2000:]
+    lines = err.strip().splitlines()
+    step = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"]
+    assert seen <= step < 8  # the checkpoint holds the step the run was in, not the one before
+    assert lines[-1] == f"interrupted at step {step}; continue with: lvbert supernet train --out {run} --resume"
+    assert not any(w in err for w in ("ERROR", "Traceback", "fails to be executed", "KeyboardInterrupt")), err
+    assert not (run / "meta.json").exists()
+    words = shlex.split(lines[-1].split("continue with: ", 1)[1])
+    assert words[0] == "lvbert" and main(words[1:]) == 0
+    a, b = load_file(trained / "supernet.safetensors"), load_file(run / "supernet.safetensors")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
+
+
+def test_resume_of_a_run_stopped_before_its_first_checkpoint_starts_it_again(tmp_path, trained, space_file,
+                                                                            cache_dir, capsys):
+    """options.json written, no checkpoint yet (Ctrl-C in data preparation or set-up): --resume starts it from step
+    0 with its stored options, saying so in one line, and ends as the uninterrupted run."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    run = tmp_path / "early"
+    run.mkdir()
+    shutil.copy(trained / "options.json", run / "options.json")
+    stored = json.loads((run / "options.json").read_text())
+    (run / "options.json").write_text(json.dumps({**stored, "out": str(run)}))
+    assert main(["supernet", "train", "--out", str(run), "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert f"note: {run} has no checkpoints/last.ckpt yet: starting it again from the beginning" in err
+    a, b = load_file(trained / "supernet.safetensors"), load_file(run / "supernet.safetensors")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow
