@@ -1,7 +1,7 @@
 """Command-line flags generated from the options dataclasses, `--config`/`--print-config`, and result printing.
 
 A command with a run directory declares its options once, as dataclass fields made with `options.opt` (help, flag
-spelling, deprecated spelling); `add_options(parser, Options)` turns every such field into its flag, in the help
+spelling); `add_options(parser, Options)` turns every such field into its flag, in the help
 section of the options group that declares it (`DataOptions`, `HardwareOptions`, `OutputOptions`, ...), and adds
 `--config FILE.yaml` (option values from a file; flags typed on the command line win) and `--print-config` (the
 options as such a file, then exit). `options_from_args` builds the dataclass back from the parsed flags.
@@ -9,19 +9,17 @@ options as such a file, then exit). `options_from_args` builds the dataclass bac
 Why our own generator: transformers' `HfArgumentParser` gives every field two spellings (`--max_steps` and
 `--max-steps`) and booleans a value (`--sop [SOP]`, plus `--no_x`), and jsonargparse spells flags with
 underscores (`--max_steps`) and nests groups (`--hardware.devices`): either changes nearly every flag users type,
-and neither composes with the argparse subcommands, prefix matching and deprecated spellings the CLI keeps. This
+and neither composes with the argparse subcommands and prefix matching the CLI keeps. This
 one reads the same kind of field metadata (help, aliases) as `HfArg` and stays plain argparse.
 
-One spelling per meaning: `--out` is every command's output directory (`--run-dir` is its old spelling),
-`--ddp-strategy` the Lightning strategy and `--search` the search strategies (both once spelled `--strategy`).
-Old spellings still work for one release and print a deprecation note.
+One spelling per meaning: `--out` is every command's output directory, `--ddp-strategy` the Lightning strategy and
+`--search` the search strategies. The spellings renamed before the first release (0.1.0) are gone.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -29,21 +27,6 @@ from typing import Any
 
 from .errors import UserError
 from .options import field_default, flag_of, option_meta
-
-
-class DeprecatedAlias(argparse.Action):
-    """Stores like the wrapped action but notes on stderr when the old spelling (`old`) was used."""
-
-    def __init__(self, option_strings, dest, old: str, new: str, store_const=None, **kwargs):
-        self.old, self.new, self.store_const = old, new, store_const
-        if store_const is not None:
-            kwargs["nargs"] = 0
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if option_string == self.old:
-            print(f"note: {self.old} is deprecated; use {self.new}", file=sys.stderr)
-        setattr(namespace, self.dest, self.store_const if self.store_const is not None else values)
 
 
 def add_json_arg(p) -> None:
@@ -180,6 +163,8 @@ def add_flags(p, cls, skip: tuple[str, ...] = (), defaults: dict | None = None) 
             continue
         if defaults and o.name in defaults:
             o = dataclasses.replace(o, default=defaults[o.name])
+        if o.default is None and o.name in _preset_fields(cls):
+            o = dataclasses.replace(o, meta={**o.meta, "help": f"{o.meta['help']} ({_preset_text(cls, o.name)})"})
         if o.section not in sections:
             sections[o.section] = p.add_argument_group(o.section)
         target = sections[o.section]
@@ -190,10 +175,23 @@ def add_flags(p, cls, skip: tuple[str, ...] = (), defaults: dict | None = None) 
         _add(target, o)
 
 
+def _preset_fields(cls) -> set[str]:
+    rows = list((getattr(cls, "PRESETS", None) or {}).values())
+    return set.intersection(*(set(r) for r in rows)) if rows else set()
+
+
+def _preset_text(cls, name: str) -> str:
+    """An option's preset values, e.g. "preset: tiny 100, paper/small 5,000" (`presets.py`)."""
+    by_value: dict = {}
+    for preset, row in cls.PRESETS.items():
+        by_value.setdefault(row[name], []).append(preset)
+    return "preset: " + ", ".join(f"{'/'.join(names)} {_shown_default(v)}" for v, names in by_value.items()).replace(
+        "%", "%%")
+
+
 def _add(target, o: Option) -> None:
     meta = o.meta
     kwargs: dict[str, Any] = {"dest": o.name, "default": o.default, "help": _help(o)}
-    strings = [flag_of(o.name, meta, o.default)]
     if o.base is bool:
         kwargs["action"] = "store_false" if o.default else "store_true"
     else:
@@ -204,10 +202,7 @@ def _add(target, o: Option) -> None:
         else:
             kwargs["type"] = o.base
         kwargs.update({k: meta[k] for k in ("metavar", "choices", "nargs", "const") if k in meta})
-    if meta.get("old"):
-        kwargs.update(action=DeprecatedAlias, old=meta["old"], new=strings[0])
-        strings.append(meta["old"])
-    target.add_argument(*strings, **kwargs)
+    target.add_argument(flag_of(o.name, meta, o.default), **kwargs)
 
 
 # --- parsed flags -> options ----------------------------------------------------------------------------------
@@ -324,6 +319,8 @@ def config_yaml(cls, args) -> str:
     import yaml
 
     opts = options_from_args(cls, args)
+    if hasattr(opts, "shown"):  # the values a run would use, not None for "the preset's"
+        opts = opts.shown()
     out: dict = {}
     for o in options_of(cls):
         if o.name in getattr(args, "options_skip", ()):

@@ -9,8 +9,10 @@
 `--resume` continues whichever stage was interrupted; finished stages are kept. With `--devices N > 1`
 Lightning's DDP launcher re-runs this command for ranks 1..N-1: they only join the supernet training (with rank
 0's options) and leave the search to rank 0. With --objective, rank 0 then launches ranks afresh for the
-pre-training stage (`STAGE_ENV` tells them which stage to join); that needs Lightning's own launcher, so under
-torchrun/SLURM `--objective` with several devices is refused (pre-train afterwards with `lvbert pretrain`).
+pre-training stage (`STAGE_ENV` tells them which stage to join); that needs Lightning's own launcher on one node,
+so under torchrun/SLURM or with `--num-nodes` > 1 `--objective` with several devices is refused (pre-train
+afterwards with `lvbert pretrain`). Every hardware option (`HardwareOptions`) goes to the supernet and pre-training
+stages as given.
 """
 from __future__ import annotations
 
@@ -24,32 +26,25 @@ from .errors import UserError
 from .options import OutputOptions, launcher_is_rank_zero, opt
 from .rundir import CHECKPOINT, META
 from .search.options import LatencyOptions, RerankOptions, StrategyOptions
-from .training import DataOptions
+from .training import DataOptions, HardwareOptions
 
 KIND = "pipeline"
 STAGE_ENV = "LVBERT_RUN_STAGE"  # set by rank 0 for the ranks it launches: the stage they join (default supernet)
 
 
 @dataclass
-class PipelineOptions(DataOptions, StrategyOptions, RerankOptions, LatencyOptions, OutputOptions):
+class PipelineOptions(DataOptions, HardwareOptions, StrategyOptions, RerankOptions, LatencyOptions, OutputOptions):
     out: str = layout.RUN
     space: str = opt("lvbert", "search-space name or YAML")
     size: str = opt("tiny", "supernet size (tiny: minutes on 2 CPU cores)")
     seed: int = opt(0, "seed of every stage: paths, batches, initialisation, search")
-    supernet_max_steps: int | None = opt(None, "supernet training steps (default: the size's preset)",
-                                         old="--supernet-steps")
+    supernet_max_steps: int | None = opt(None, "supernet training steps (default: the size's preset)")
     val_every: int | None = opt(None, "validate the supernet every N steps (default: the size's preset; it always "
                                       "validates at its last step)")
     # None: no pre-training stage; mlm | electra: pre-train the searched architecture
     objective: str | None = opt(None, "then pre-train the searched architecture at --size: mlm | electra (default: "
-                                      "no pre-training)", old="--pretrain", metavar="OBJECTIVE")
-    pretrain_max_steps: int | None = opt(None, "pre-training steps (default: the size's preset)",
-                                         old="--pretrain-steps")
-    devices: str = opt("1", "devices for supernet training and --objective (DDP when > 1)")
-    accelerator: str = opt("auto", "cpu | gpu | auto")
-    # torch.compile backend for the supernet and --objective (pre-training) trainings
-    compile: str | None = opt(None, "torch.compile for the supernet and --objective trainings (backend: inductor when "
-                                    "not named); opt-in, for GPUs", nargs="?", const="inductor", metavar="BACKEND")
+                                      "no pre-training)", metavar="OBJECTIVE")
+    pretrain_max_steps: int | None = opt(None, "pre-training steps (default: the size's preset)")
     given: list[str] | None = field(default=None, compare=False)
 
 
@@ -77,15 +72,14 @@ def run(opts: PipelineOptions) -> dict:
     def supernet_options(resume: bool) -> SupernetOptions:
         return SupernetOptions(
             out=str(supernet_dir), space=opts.space, size=opts.size, **opts.data_options(), seed=opts.seed,
-            max_steps=opts.supernet_max_steps, val_every=opts.val_every, devices=opts.devices,
-            accelerator=opts.accelerator, compile=opts.compile, resume=resume, overwrite=not resume,
-            progress=opts.progress)
+            max_steps=opts.supernet_max_steps, val_every=opts.val_every, **opts.hardware_options(), resume=resume,
+            overwrite=not resume, progress=opts.progress)
 
     if not launcher_is_rank_zero():  # a DDP rank > 0 re-running this command: join one stage's training only
         if os.environ.get(STAGE_ENV) == "pretrain":
             from .pretrain.train import PretrainOptions, train_pretrain
 
-            train_pretrain(PretrainOptions(out=str(out / "pretrain")))  # rank 0's options (training.begin)
+            train_pretrain(PretrainOptions(out=str(out / "pretrain"), **opts.hardware_options()))  # then rank 0's
         else:
             train_supernet(supernet_options(False))
         return 0
@@ -159,11 +153,11 @@ def stage(title: str, run, resume: bool, what: str, work, done: str = META, mark
     """One stage of `lvbert run` in its run directory: kept when finished (`done` there), resumed with --resume when
     interrupted (`marker` there), else started afresh (replacing what an interrupted first attempt left); its
     `done` file's content afterwards."""
-    state = run.state(done=done, resume_marker=marker)
-    if state == "done":
+    flags = run.continuation(done=done, marker=marker)
+    if flags is None:
         print(f"{title}: done already in {run.path}", file=sys.stderr, flush=True)
     else:
-        resume = resume and state == "resume"
+        resume = resume and flags["resume"]
         print(f"{title}: {'resuming' if resume else 'running'} {what} -> {run.path}", file=sys.stderr, flush=True)
         work(resume)
     return run.read_json(done)
@@ -210,9 +204,8 @@ def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:
             os.environ[STAGE_ENV] = "pretrain"
         train_pretrain(PretrainOptions(
             out=str(pretrain_dir), arch=None if resume else arch, size=opts.size, objective=opts.objective,
-            **opts.data_options(), seed=opts.seed, max_steps=opts.pretrain_max_steps, devices=opts.devices,
-            accelerator=opts.accelerator, compile=opts.compile, resume=resume, overwrite=not resume,
-            progress=opts.progress))
+            **opts.data_options(), seed=opts.seed, max_steps=opts.pretrain_max_steps, **opts.hardware_options(),
+            resume=resume, overwrite=not resume, progress=opts.progress))
 
     meta = stage("[3/3] pretrain", RunDir(pretrain_dir, "pretrain"), opts.resume, f"{arch} ({opts.objective}, size "
                  f"{opts.size})", train)

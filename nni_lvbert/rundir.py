@@ -89,6 +89,16 @@ class RunDir:
             return "done"
         return "resume" if self.has(resume_marker) else "fresh"
 
+    def continuation(self, done: str = META, marker: str = CHECKPOINT) -> dict | None:
+        """How a command that runs this directory as one of its parts (a pipeline stage, a study's model, a
+        sub-supernet) goes on with it: None when it is finished (`done` there); else the flags for that part's
+        options: {"resume": True, "overwrite": False} when it holds its stored options or its `marker` (continued
+        with them, see `begin`), else {"resume": False, "overwrite": <leftovers to replace>}."""
+        if self.has(done):
+            return None
+        resume = self.has(marker) or self.has(OPTIONS)
+        return {"resume": resume, "overwrite": not resume and self.path.is_dir() and any(self.path.iterdir())}
+
     # --- lifecycle ---------------------------------------------------------------------------------------------
     def begin(self, opts, *, marker: str = OPTIONS, stored: dict | None = None):
         """The options a run goes on with; call first, before anything is built from them.
@@ -116,10 +126,27 @@ class RunDir:
         from .options import publish, to_dict
 
         if self.is_rank_zero:
+            options = stored if stored is not None else to_dict(opts)
+            if opts.overwrite:
+                self.note_replaced(options)
             self.prepare(resume=opts.resume, overwrite=opts.overwrite, resume_marker=marker)
-            self.save_options(stored if stored is not None else to_dict(opts))
+            self.save_options(options)
             publish(self.kind, opts)
         return self
+
+    def note_replaced(self, options: dict) -> None:
+        """--overwrite replaces a run: one line naming the options whose values differ from the replaced run's (a
+        value the replaced run was given is not carried over: the new run takes its own flags and defaults)."""
+        from .options import MAY_CHANGE
+
+        old = self.stored_options() if self.has(OPTIONS) else None
+        if not old:
+            return
+        differ = [k for k in options if k not in MAY_CHANGE and k in old and old[k] != options[k]]
+        if differ:
+            shown = ", ".join(f"{k} {old[k]!r} -> {options[k]!r}" for k in differ[:6])
+            more = f" and {len(differ) - 6} more" if len(differ) > 6 else ""
+            print(f"note: --overwrite replaces {self.path}, a run with other options: {shown}{more}", file=sys.stderr)
 
     def prepare(self, *, resume: bool, overwrite: bool, resume_marker: str = CHECKPOINT) -> None:
         """Check the directory (see check_output_dir), empty it on --overwrite, create it."""

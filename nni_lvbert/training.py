@@ -63,13 +63,16 @@ class HardwareOptions:
     devices: str = opt("1", "devices per node (DDP when > 1; the global batch is split over them)")
     num_nodes: int = opt(1, "nodes (torchrun / SLURM)")
     ddp_strategy: str | None = opt(None, "Lightning strategy (default ddp_find_unused_parameters_true with more than "
-                                         "one device)", old="--strategy")
+                                         "one device)")
     precision: str | None = opt(None, "32-true | bf16-mixed (default bf16-mixed on GPU)")
     num_workers: int = opt(0, "data-loader worker processes")
     # a torch.compile backend ("inductor", ...); None = eager
     compile: str | None = opt(None, "torch.compile for training (backend: inductor when not named); opt-in, for "
                                     "GPUs: pre-training compiles its whole objective (CUDA graphs on a GPU), other "
                                     "training each layer block", nargs="?", const="inductor", metavar="BACKEND")
+
+    def hardware_options(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(HardwareOptions)}
 
 
 @dataclass
@@ -89,7 +92,8 @@ class TrainOptions(DataOptions, HardwareOptions, OutputOptions):
     weight_decay: float = opt(0.0, "AdamW weight decay, not on biases and LayerNorm")
     val_every: int | None = opt(None, "validate every N steps (and always at the last step)")
     val_batches: int | None = opt(None, "validation batches per check")
-    ckpt_every: int | None = opt(None, "write checkpoints/last.ckpt every N steps")
+    ckpt_every: int | None = opt(None, "write checkpoints/last.ckpt every N steps (and at Ctrl-C: the step in "
+                                       "progress is kept)")
     model_summary: bool = True  # Lightning's table of modules at the start (no flag; a study's many runs skip it)
     hpo: dict = field(default_factory=dict)  # as an nnictl trial: the tuner's parameters, applied to these options
     given: list[str] | None = field(default=None, compare=False)  # options typed on the command line
@@ -104,6 +108,16 @@ class TrainOptions(DataOptions, HardwareOptions, OutputOptions):
     def resolved(self, key: str):
         value = getattr(self, key)
         return self.preset()[key] if value is None else value
+
+    def default_size(self) -> str | None:
+        """The size a run without --size gets (a command whose default depends on its inputs overrides this)."""
+        return self.size
+
+    def shown(self) -> TrainOptions:
+        """As `--print-config` shows them: the size and every preset value a new run would store written out."""
+        import dataclasses
+
+        return with_presets(dataclasses.replace(self, size=self.size or self.default_size()))
 
 
 def begin(opts: TrainOptions, kind: str) -> TrainOptions:

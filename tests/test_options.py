@@ -1,5 +1,5 @@
 """The options layer: flags generated from the options dataclasses, --config/--print-config, one MAY_CHANGE table,
-directories of the previous release resuming under the renamed options."""
+run directories resuming with the options they stored."""
 from __future__ import annotations
 
 import json
@@ -17,23 +17,18 @@ def _stored(tmp_path, options: dict):
     return run
 
 
-def test_older_run_directories_resume_under_the_new_option_names(tmp_path):
-    from nni_lvbert.finetune.run import FinetuneOptions
-    from nni_lvbert.pipeline import PipelineOptions
-    from nni_lvbert.study.downstream import DownstreamOptions
-    from nni_lvbert.study.ranking import RankingOptions
+def test_a_run_directory_resumes_with_the_options_it_stored(tmp_path):
+    import dataclasses
 
-    run = _stored(tmp_path, {"run_dir": "old", "steps": 4000, "archs": 8, "quick": False})
-    opts = RunDir(run, "study").begin(RankingOptions(out=str(run), resume=True))
-    assert (opts.max_steps, opts.num_archs, opts.out) == (4000, 8, str(run))
-    (run / "options.json").write_text(json.dumps({"archs": ["bert", "sandwich"], "ft_seeds": [0, 1]}))
-    opts = RunDir(run, "study").begin(DownstreamOptions(out=str(run), resume=True))
-    assert opts.archs == ["bert", "sandwich"] and opts.finetune_seeds == [0, 1]  # `archs` is still a list here
-    (run / "options.json").write_text(json.dumps({"seeds": [3, 4], "tasks": ["rte"]}))
-    assert RunDir(run, "finetune").begin(FinetuneOptions(out=str(run), resume=True)).seeds == [3, 4]
-    (run / "options.json").write_text(json.dumps({"pretrain": "electra", "supernet_steps": 4, "pretrain_steps": 3}))
+    from nni_lvbert.options import to_dict
+    from nni_lvbert.pipeline import PipelineOptions
+
+    run = tmp_path / "run"
+    started = PipelineOptions(out=str(run), size="tiny", supernet_max_steps=4, objective="electra",
+                              pretrain_max_steps=3, precision="32-true", num_workers=1, strategies=["random"])
+    _stored(tmp_path, to_dict(started))
     opts = RunDir(run, "pipeline").begin(PipelineOptions(out=str(run), resume=True))
-    assert (opts.objective, opts.supernet_max_steps, opts.pretrain_max_steps) == ("electra", 4, 3)
+    assert opts == dataclasses.replace(started, resume=True)
 
 
 def test_resume_and_overwrite_are_refused_together_in_one_place(tmp_path):
@@ -179,3 +174,40 @@ def test_config_reads_a_custom_flag_text_as_the_flag_does(tmp_path):
 
     (tmp_path / "d.yaml").write_text("archs: bert,sandwich\ntasks: [rte]\n")
     assert read_config(DownstreamOptions, str(tmp_path / "d.yaml")) == {"archs": ["bert", "sandwich"], "tasks": ["rte"]}
+
+
+def test_print_config_shows_the_size_and_presets_a_run_would_use(capsys):
+    """No `size: null`: the space's size (or the one given) and every preset value written out, as a run stores
+    them."""
+    from nni_lvbert.cli import main
+
+    assert main(["supernet", "train", "--print-config"]) == 0
+    default = capsys.readouterr().out
+    assert "size: small" in default and "max_steps: 2000000" in default and "null" not in default.split("size:")[1][:5]
+    assert main(["supernet", "train", "--size", "tiny", "--print-config"]) == 0
+    tiny = capsys.readouterr().out
+    assert "size: tiny" in tiny and "max_steps: 1500" in tiny and "ckpt_every: 100" in tiny
+
+
+def test_overwrite_names_the_options_it_replaces(tmp_path, capsys):
+    """--overwrite of a run with other options says which (the replaced run's values are not carried over)."""
+    from nni_lvbert.options import to_dict
+    from nni_lvbert.supernet.train import SupernetOptions
+
+    run = _stored(tmp_path, to_dict(SupernetOptions(out="x", size="tiny", max_steps=200)))
+    (run / "junk").write_text("old")
+    RunDir(run, "supernet").open(SupernetOptions(out=str(run), overwrite=True))
+    err = capsys.readouterr().err
+    assert f"note: --overwrite replaces {run}, a run with other options: size 'tiny' -> None, max_steps 200 -> None" \
+        in err
+    assert not (run / "junk").exists() and json.loads((run / "options.json").read_text())["max_steps"] is None
+
+
+def test_help_shows_the_checkpoint_interval_of_each_preset(capsys):
+    from nni_lvbert.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["supernet", "train", "--help"])
+    help_ = " ".join(capsys.readouterr().out.split())
+    assert "--ckpt-every CKPT_EVERY write checkpoints/last.ckpt every N steps (and at Ctrl-C: the step in progress " \
+           "is kept) (preset: paper 5000, tiny 100)" in help_

@@ -54,6 +54,9 @@ class PretrainOptions(TrainOptions):
                                                  "tiny and small, 1/3 for medium and base)")
     disc_weight: float = opt(50.0, "ELECTRA discriminator loss weight")
 
+    def default_size(self) -> str | None:
+        return DEFAULT_SIZE
+
     def preset(self) -> dict:
         size = self.size or DEFAULT_SIZE
         return self.PRESETS.get(f"{size}-{self.objective}", self.PRESETS.get(size, self.PRESETS["paper"]))

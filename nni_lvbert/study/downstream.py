@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .. import layout
 from ..errors import UserError
+from ..rundir import RunDir
 from ..options import opt
 from ..atomic import write_json, write_text
 from ..safeio import read_json
@@ -52,8 +53,8 @@ class DownstreamOptions(StudyOptions):
     pretrain_seeds: list[int] | None = opt(None, "pre-training seeds: each arch is pre-trained once per seed and each "
                                                  "model fine-tuned with every --finetune-seeds (default: --seed only)",
                                            group="")
-    finetune_seeds: list[int] | None = opt(None, "fine-tuning seeds (default 0 1 2)", old="--ft-seeds", group="")
-    finetune_max_steps: int | None = opt(None, "cap on steps per fine-tuning run", old="--ft-max-steps", group="")
+    finetune_seeds: list[int] | None = opt(None, "fine-tuning seeds (default 0 1 2)", group="")
+    finetune_max_steps: int | None = opt(None, "cap on steps per fine-tuning run", group="")
     slots: int = 24  # depth of the named baselines (a searched arch brings its own)
 
 
@@ -133,11 +134,13 @@ def run_downstream(opts: DownstreamOptions) -> dict:
         d = ft_dir(key)
         log(f"[{list(runs).index(key) + 1}/{len(runs)}] {tag(*key)}: fine-tuning on {', '.join(opts.tasks)}, "
             f"seeds {ft_seeds}")
-        resume = (d / "options.json").is_file()
+        # results.json of another model (its pre-training was redone): resumed, finetune's --resume checks the model
+        flags = RunDir(d, "finetune").continuation(done="results.json", marker="options.json") or {
+            "resume": True, "overwrite": False}
         finetune(FinetuneOptions(model=str(runs[key] / "hf"), tasks=list(opts.tasks), data=opts.task_data,
                                  out=str(d), seeds=list(ft_seeds), max_length=cfg.max_length, max_steps=ft_cap,
                                  max_train_examples=64 if opts.quick else None, accelerator="cpu",
-                                 progress=opts.progress, resume=resume, overwrite=not resume and d.exists()))
+                                 progress=opts.progress, **flags))
 
     (out / "finetune").mkdir(exist_ok=True)
     one_process_each(list(runs), lambda key: out / "finetune" / f".{ft_dir(key).name}.lock", tune, skip=tuned)

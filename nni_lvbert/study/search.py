@@ -12,6 +12,7 @@ from pathlib import Path
 from .. import layout
 from ..errors import UserError
 from ..options import opt
+from ..rundir import RunDir
 from ..atomic import write_json, write_text
 from ..safeio import read_json
 from ..search.defaults import STRATEGIES, VAL_TOKENS
@@ -30,7 +31,7 @@ class SearchStudyOptions(StudyOptions):
     out: str = f"{layout.STUDY}/search"
     seed: int = opt(0, "seed of the study's searches and draws", group="")
     supernet: str = opt("", "a trained supernet run directory", metavar="RUN", group="")
-    num_seeds: int = opt(5, "searches per strategy, seeds 0..N-1", old="--seeds", group="")
+    num_seeds: int = opt(5, "searches per strategy, seeds 0..N-1", group="")
     strategies: list[str] = opt(help=f"strategies to compare (default: {' '.join(STRATEGIES)})",
                                 default_factory=lambda: list(STRATEGIES), flag="--search", metavar="STRATEGY",
                                 group="")
@@ -81,11 +82,10 @@ def run_search_study(opts: SearchStudyOptions) -> dict:
         if done(seed):  # by another process meanwhile
             return
         log(about(seed))
-        resume = (seed_dir / "search.json").is_file()
+        flags = RunDir(seed_dir, "search").continuation(done="best_arch.json", marker="search.json")
         run_search(SearchOptions(supernet=opts.supernet, strategies=list(opts.strategies), seed=seed,
                                  out=str(seed_dir), evolution=cfg, val_tokens=val_tokens, device="cpu",
-                                 threads=opts.threads, resume=resume, overwrite=not resume and seed_dir.exists(),
-                                 progress=opts.progress), log=log)
+                                 threads=opts.threads, progress=opts.progress, **flags), log=log)
 
     # `study search --out OUT --resume` started in a second process while this one runs takes the next free seed
     for seed in filter(done, range(opts.num_seeds)):

@@ -98,15 +98,15 @@ def _lock(store: Path, spec: Standalone) -> Path:
 
 
 def _finished(store: Path, spec: Standalone) -> bool:
-    return RunDir(store / spec.dirname(), "pretrain").state() == "done"
+    return RunDir(store / spec.dirname(), "pretrain").continuation() is None
 
 
 def _train_unless_done(spec: Standalone, store: Path, progress: bool) -> None:
     """(under the spec's lock) train it, or resume it, unless finished."""
     path = store / spec.dirname()
-    state = RunDir(path, "pretrain").state()
-    if state != "done":
-        _train(spec, path, store, progress, resume=state == "resume" and (path / OPTIONS).is_file())
+    flags = RunDir(path, "pretrain").continuation(marker=OPTIONS)  # resumed from its own options.json
+    if flags is not None:
+        _train(spec, path, store, progress, **flags)
 
 
 @contextlib.contextmanager
@@ -131,7 +131,7 @@ def store_lock(path: Path, wait: bool = True):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _train(spec: Standalone, path: Path, store: Path, progress: bool, resume: bool) -> None:
+def _train(spec: Standalone, path: Path, store: Path, progress: bool, resume: bool, overwrite: bool) -> None:
     from ..pretrain.train import PretrainOptions, train_pretrain
 
     accelerator = "cpu" if _cpu_only() else "auto"
@@ -147,7 +147,7 @@ def _train(spec: Standalone, path: Path, store: Path, progress: bool, resume: bo
         data=spec.data, data_seed=spec.data_seed, seed=spec.seed, lr=b.lr, warmup_steps=b.warmup_steps,
         max_steps=b.steps, batch_size=b.batch_size, dropout=b.dropout, val_every=b.steps, val_batches=4,
         ckpt_every=max(1, min(250, b.steps // 4)), progress=progress, resume=False,
-        overwrite=path.exists(), accelerator=accelerator,
+        overwrite=overwrite, accelerator=accelerator,
         model_summary=False)  # a table per model would drown the study's log
     train_pretrain(opts)
 

@@ -42,8 +42,7 @@ def is_fewshot(path) -> bool:
 
 @dataclasses.dataclass
 class FewShotOptions(SupernetOptions):
-    out: str = opt(layout.FEWSHOT, "few-shot directory (fewshot.json + one supernet run per sub-space)",
-                   old="--run-dir", metavar="DIR")
+    out: str = opt(layout.FEWSHOT, "few-shot directory (fewshot.json + one supernet run per sub-space)", metavar="DIR")
     warm_start: str | None = opt(None, "the trained one-shot supernet to split", metavar="RUN", group="")
     split: str = opt("slot:0", "the decision to split on: slot:I = slot I's layer type, one sub-supernet per type",
                      metavar="slot:I", group="")
@@ -83,12 +82,11 @@ def train_fewshot(opts: FewShotOptions) -> dict:
     for i, choice in enumerate(base.spec.candidates):
         sub = run.path / f"sub-{choice}"
         owners[choice] = sub.name
-        state = RunDir(sub, "supernet").state()
+        flags = RunDir(sub, "supernet").continuation()
         print(f"[{i + 1}/{len(base.spec.candidates)}] sub-supernet {label}={choice}: "
-              f"{'done' if state == 'done' else 'training'} -> {sub}", file=sys.stderr, flush=True)
-        if state != "done":
-            train_supernet(SupernetOptions(**{**plain, "out": str(sub), "fix": [f"{label}={choice}"],
-                                              "resume": state == "resume"}))
+              f"{'done' if flags is None else 'training'} -> {sub}", file=sys.stderr, flush=True)
+        if flags is not None:
+            train_supernet(SupernetOptions(**{**plain, "out": str(sub), "fix": [f"{label}={choice}"], **flags}))
         metas.append(RunDir(sub, "supernet").read_json(META))
     result = {"split": f"slot:{slot}", "label": label, "owners": owners, "warm_start": str(Path(opts.warm_start)),
               "warm_start_steps": base.meta.get("steps"), "steps_each": [m["steps"] for m in metas],

@@ -37,6 +37,14 @@ class SupernetOptions(TrainOptions):
                                       "few-shot NAS)", metavar="LABEL=TYPE", group="")
     record_paths: bool = opt(False, "write every sampled path and a weight digest per rank (debug/tests)", group="")
 
+    def default_size(self) -> str | None:
+        from ..config import load_space
+
+        try:
+            return load_space(self.space).size
+        except UserError:  # an unknown space: the run says so
+            return None
+
 
 # options an nnictl tuner may set in a supernet trial (values kept as sent)
 TUNABLE = dict.fromkeys(("lr", "warmup_steps", "max_steps", "batch_size", "dropout", "weight_decay", "seed"))
