@@ -49,9 +49,33 @@ def test_latency_table_cli_measures_every_part_and_keys_tables(tmp_path, capsys)
     predictor = LatencyModel(mine)
     assert predictor.predict(["dc", "sa", "sa"]) == pytest.approx(
         mine["ms"]["embedding"] + mine["ms"]["dc"] + 2 * mine["ms"]["sa"])
+    # what a budget is chosen from (issue #41): the default space's orders, fastest to slowest, with percentiles
+    spread = shown["orders_ms"]
+    assert (spread["space"], spread["slots"]) == ("lvbert", 24)
+    ms = shown["ms"]
+    assert spread["fastest"] == pytest.approx(ms["embedding"] + 24 * min(ms[t] for t in ("dc", "sa", "ff", "glu")),
+                                              abs=1e-3)
+    assert spread["slowest"] == pytest.approx(ms["embedding"] + 24 * max(ms[t] for t in ("dc", "sa", "ff", "glu")),
+                                              abs=1e-3)
+    assert [spread[k] for k in ("fastest", "p10", "p25", "median", "p75", "p90", "slowest")] == sorted(
+        spread[k] for k in ("fastest", "p10", "p25", "median", "p75", "p90", "slowest"))
     for bad, needle in [(["--seq", "0"], "--seq must be at least 1"), (["--size", "huge"], "unknown size 'huge'"),
                         (["--seq", "100000"], "exceeds the position table"), (["--device", "mps"], "mps")]:
         one_error(capsys, main(["search", "latency-table", "--repeats", "1", *bad]), needle)
+
+
+@pytest.mark.parametrize("candidates,slots", [(("dc", "sa", "ff", "glu"), 6), (("dc", "sa"), 7), (("sa", "ff", "glu"), 5)])
+def test_order_percentiles_are_those_of_every_order(candidates, slots):
+    """latency-table's percentiles, summed over layer counts, are those of listing every order of the space."""
+    import itertools
+    import math
+
+    from nni_lvbert.config import SpaceSpec
+    from nni_lvbert.search.latency import QUANTILES, order_quantiles
+
+    every = sorted(MS["embedding"] + sum(MS[t] for t in order) for order in itertools.product(candidates, repeat=slots))
+    want = {name: every[max(0, math.ceil(q * len(every)) - 1)] for name, q in QUANTILES.items()}
+    assert order_quantiles(MS, SpaceSpec(name="s", slots=slots, candidates=list(candidates))) == want
 
 
 def test_pareto_front_keeps_only_undominated_points():
@@ -111,6 +135,10 @@ def test_latency_refusals(tiny, tmp_path, capsys):
         (["--latency-table", str(gpu_only), "--max-latency-ms", "50"], "not on cpu"),
         (["--latency-table", str(good), "--max-latency-ms", "6.5"],
          "no architecture of space 'tiny6' satisfies --max-latency-ms 6.5: the fastest is predicted at 7.000 ms"),
+        (["--latency-table", str(good), "--max-latency-ms", "6.5"],  # the 4**6 orders of MS: p25 15 ms, median 17
+         "a quarter of the orders are under 15 ms, half under 17 ms"),
+        (["--latency-table", str(other_size), "--max-latency-ms", "50"],  # the fixture's shape is no named size
+         "no size of sizes.yaml has that shape"),
         (["--max-latency-ms", "50"], "--max-latency-ms needs --latency-table"),
         (["--pareto"], "--pareto needs --latency-table"),
         (["--latency-table", str(junk)], "is not a latency table"),
@@ -125,7 +153,9 @@ def test_latency_refusals(tiny, tmp_path, capsys):
     out = tmp_path / "pipeline"
     code = main(["run", "--out", str(out), "--space", str(tiny["space_file"]), "--size", "small",
                  "--latency-table", str(other_size), "--max-latency-ms", "50", "--no-progress"])
-    one_error(capsys, code, "was measured at size 'tiny-test'", "hidden_size 64 vs 256")
+    one_error(capsys, code, "was measured at size 'tiny-test'", "hidden_size 64 vs 256",  # the command to measure
+              f"measure it with `lvbert search latency-table --size small --device cpu --batch 1 --seq 8 --threads "
+              f"{torch.get_num_threads()} --out {other_size}`")  # it, with the size it needs (not `--size ...`)
     assert not out.exists()
     # the nnictl search: checked before nnictl starts (trials score on the CPU without --trial-gpus)
     code = main(["search", "nnictl", "--supernet", str(tiny["run"]), "--port", str(free_port()),

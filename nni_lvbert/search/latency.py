@@ -9,6 +9,8 @@ et al. 2020): the backbone a classifier or `AutoModel` runs (the MLM head is in 
 T.json holds one table per device type and torch version (`tables["cpu/torch-2.13.0"]`); writing adds or replaces
 that entry. `--max-latency-ms X --latency-table T` makes the search skip (and count) candidates predicted over X,
 like `--max-params`; the table must be for the supernet's model shape and for the search's device type.
+`latency-table` also prints what a budget can be chosen from (`orders_ms`): the predicted ms of the fastest and the
+slowest order of the default space and the percentiles between (a budget at p25 leaves a quarter of the orders).
 """
 from __future__ import annotations
 
@@ -177,14 +179,23 @@ class LatencyModel:
         differ = [f for f in LATENCY_FIELDS if self.table["shape"].get(f) != getattr(cfg, f)]
         if differ:
             shown = ", ".join(f"{f} {self.table['shape'][f]} vs {getattr(cfg, f)}" for f in differ)
+            size = size_of(cfg)
+            fix = (f"measure it with `{remeasure(self.table, size, path)}`" if size else
+                   "no size of sizes.yaml has that shape, and latency-table measures named sizes only")
             raise UserError(f"latency table {path} was measured at size {self.table['size']!r}, not at the "
-                            f"supernet's shape ({shown}): measure it with `lvbert search latency-table --size ...`")
+                            f"supernet's shape ({shown}): {fix}")
         missing = [t for t in spec.candidates if t not in self.ms]
         if missing:
             raise UserError(f"latency table {path} has no time for layer type {', '.join(missing)}")
 
     def min_ms(self, spec) -> float:
         return self.ms["embedding"] + min(self.ms[t] for t in spec.candidates) * spec.slots
+
+    def spread(self, spec) -> dict:
+        """The predicted milliseconds of the space's orders (every order equally likely, as the search's first
+        population draws them): the fastest, the slowest and the percentiles between, exact (no sampling)."""
+        return {"space": spec.name, "slots": spec.slots, "candidates": list(spec.candidates),
+                **{k: round(v, 3) for k, v in order_quantiles(self.ms, spec).items()}}
 
 
 def checked_model(path, max_ms: float | None, cfg, spec, device_type: str = "cpu") -> LatencyModel | None:
@@ -199,9 +210,11 @@ def checked_model(path, max_ms: float | None, cfg, spec, device_type: str = "cpu
     model = LatencyModel(load_table(path, device_type))
     model.check(cfg, spec, path)
     if max_ms is not None and max_ms < model.min_ms(spec):
+        spread = model.spread(spec)
         raise UserError(f"no architecture of space {spec.name!r} satisfies --max-latency-ms {max_ms:g}: the fastest "
                         f"is predicted at {model.min_ms(spec):.3f} ms ({model.table['device']}, batch "
-                        f"{model.table['batch']} x {model.table['seq']} tokens)")
+                        f"{model.table['batch']} x {model.table['seq']} tokens; a quarter of the orders are under "
+                        f"{spread['p25']:g} ms, half under {spread['median']:g} ms)")
     return model
 
 
@@ -209,7 +222,7 @@ def table_cli(args) -> dict:
     """`lvbert search latency-table`."""
     import torch
 
-    from ..config import load_size
+    from ..config import load_size, load_space
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -218,7 +231,60 @@ def table_cli(args) -> dict:
     if args.out:
         write_table(table, args.out)
     return {"out": args.out, "key": table_key(table["device"], table["torch"]),
-            **{k: table[k] for k in ("device_name", "threads", "dtype", "size", "batch", "seq", "ms")}}
+            **{k: table[k] for k in ("device_name", "threads", "dtype", "size", "batch", "seq", "ms")},
+            "orders_ms": LatencyModel(table).spread(load_space(DEFAULT_SPACE))}
+
+
+DEFAULT_SPACE = "lvbert"  # the space whose orders latency-table summarises (the supernet's default)
+QUANTILES = {"fastest": 0.0, "p10": 0.10, "p25": 0.25, "median": 0.5, "p75": 0.75, "p90": 0.90, "slowest": 1.0}
+
+
+def order_quantiles(ms: dict, spec) -> dict:
+    """{name: predicted ms} at QUANTILES of the space's orders, each order equally likely. An order's prediction
+    depends only on how many slots hold each type, so the distribution is summed over those counts (a
+    multinomial), exactly: C(slots + k - 1, k - 1) counts, 2,925 for 24 slots of 4 types."""
+    from itertools import combinations
+    from math import factorial
+
+    types, n = list(spec.candidates), spec.slots
+    points = []
+    for bars in combinations(range(n + len(types) - 1), len(types) - 1):  # stars and bars: the counts
+        edges = (-1, *bars, n + len(types) - 1)
+        counts = [edges[i + 1] - edges[i] - 1 for i in range(len(types))]
+        ways = factorial(n)
+        for c in counts:
+            ways //= factorial(c)
+        points.append((ms["embedding"] + sum(c * ms[t] for c, t in zip(counts, types)), ways))
+    points.sort()
+    total = len(types) ** n
+    out, seen, i = {}, 0, 0
+    for name, q in sorted(QUANTILES.items(), key=lambda kv: kv[1]):
+        if q == 1.0:
+            out[name] = points[-1][0]
+            continue
+        while seen + points[i][1] < q * total and i < len(points) - 1:  # the first order the quantile reaches
+            seen += points[i][1]
+            i += 1
+        out[name] = points[i][0]
+    return out
+
+
+def size_of(cfg) -> str | None:
+    """The name of the size in sizes.yaml with `cfg`'s latency shape (None when none has it)."""
+    from ..config import load_size, size_names
+
+    for name in size_names():
+        named = load_size(name)
+        if all(getattr(named, f) == getattr(cfg, f) for f in LATENCY_FIELDS):
+            return name
+    return None
+
+
+def remeasure(table: dict, size: str, path) -> str:
+    """The latency-table command that measures `table` again (device, batch, sequence, threads) at `size`."""
+    threads = f" --threads {table['threads']}" if table.get("threads") else ""
+    return (f"lvbert search latency-table --size {size} --device {table['device']} --batch {table['batch']} "
+            f"--seq {table['seq']}{threads} --out {path}")
 
 
 def add_latency_args(group, pareto: bool = True) -> None:
