@@ -286,6 +286,27 @@ def test_search_run_outputs(tiny, tmp_path, capsys):
     assert code == 2 and "not empty" in err
 
 
+def test_each_strategy_has_its_own_progress_bar_and_the_space_its_size(tiny, tmp_path, capsys):
+    """Issue #41: a bar per strategy with its own budget (`random [2/2]: ... 18/18`), not one bar named after the
+    first strategy counting all of them (`evolution: 26/36`); best_arch.json's space block names the size the
+    supernet was trained at, not the space file's default."""
+    import re
+
+    from nni_lvbert.supernet.rundir import load_supernet
+
+    out = tmp_path / "s"
+    code, _, err = run_cli(["search", "run", "--supernet", str(tiny["run"]), "--search", "evolution", "random",
+                            "--out", str(out), *[a for a in SMALL if a != "--no-progress"]], capsys)
+    assert code == 0, err
+    for label in ("evolution \\[1/2\\]", "random \\[2/2\\]"):
+        assert re.search(label + r": +100%\|.*\| 18/18 ", err), err[-2000:]
+    assert "/36 " not in err
+    sn = load_supernet(tiny["run"])
+    assert sn.meta["size"] != sn.spec.size  # the fixture's space file says another size than the supernet's
+    best = json.loads((out / "best_arch.json").read_text())
+    assert best["supernet"]["space"]["size"] == best["supernet"]["size"] == sn.meta["size"]
+
+
 @pytest.mark.slow
 def test_same_seed_same_result_and_resume_does_not_rescore(tiny, tmp_path, capsys, monkeypatch):
     from nni_lvbert.search import scorer as scorer_mod

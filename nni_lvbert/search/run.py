@@ -139,11 +139,18 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     summary: dict[str, dict] = {}
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=budget * len(opts.strategies), unit="cand", disable=not opts.progress, file=sys.stderr,
-               dynamic_ncols=True, mininterval=0.5)
+    def strategy_bar(i: int):  # one bar per strategy, its own budget: "random [3/3]: 26/1000"
+        n = len(opts.strategies)
+        return tqdm(total=budget, desc=opts.strategies[i] + (f" [{i + 1}/{n}]" if n > 1 else ""), unit="cand",
+                    disable=not opts.progress, file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
+
+    bar = strategy_bar(0)
     reranked = None
     try:
-        for name in opts.strategies:
+        for i, name in enumerate(opts.strategies):
+            if i:
+                bar.close()
+                bar = strategy_bar(i)
             summary[name] = _run_one(name, opts, scorer, cost, accept, history, bar, out, latency)
         bar.close()
         if opts.rerank:
@@ -188,7 +195,6 @@ def _run_one(name: str, opts: SearchOptions, scorer, cost, accept, history: Hist
     previous = history.by_strategy(name)
     strategy = make_strategy(name, cfg, opts.seed, accept)
     state = {"index": 0, "best": None, "start": time.perf_counter(), "computed": scorer.computed}
-    bar.set_description(name)
 
     def score(arch: Arch) -> float:
         compact = arch.compact
