@@ -74,6 +74,7 @@ def choose_arch(run_path, spec, meta: dict, text: str | None):
 def export_subnet(run_path, arch_text: str | None, out, overwrite: bool = False) -> dict:
     """Write the subnet of a supernet/IOT run as a Hugging Face directory; a JSON-ready summary."""
     from .hf.save import check_model_dir, save_hf_model
+    from .search.scorer import space_as_trained
     from .supernet.rundir import load_supernet
 
     check_model_dir(Path(out), overwrite)  # before loading anything
@@ -81,7 +82,7 @@ def export_subnet(run_path, arch_text: str | None, out, overwrite: bool = False)
     arch = choose_arch(sn.path, sn.spec, sn.meta, arch_text)
     subnet = sn.space.freeze(arch.dict).eval()
     provenance = {"source": "iot" if is_iot_run(sn.path) else "supernet", "run": str(Path(sn.path).resolve()),
-                  "space": sn.spec.to_dict(), "run_steps": sn.meta.get("steps"),
+                  "space": space_as_trained(sn.spec, sn.meta), "run_steps": sn.meta.get("steps"),
                   "run_val_mlm_acc": sn.meta.get("final_val_mlm_acc")}
     path = save_hf_model(subnet, sn.cfg, arch, sn.path / "tokenizer", out, overwrite=overwrite,
                          provenance=provenance)

@@ -263,6 +263,9 @@ def test_export_round_trips_the_subnet_exactly(tiny, tmp_path, capsys):
     code, stdout, _ = run_cli(["export", "--supernet", str(tiny["run"]), "--arch", "csfgcs", "--out", str(out),
                                "--json"], capsys)
     assert code == 0 and json.loads(stdout)["arch"] == "csfgcs"
+    # the space block names the size the supernet was trained at, not its space file's default (issue #41)
+    trained = load_supernet(tiny["run"]).meta["size"]
+    assert json.loads(stdout)["space"]["size"] == json.loads((out / "lvbert.json").read_text())["space"]["size"] == trained
     subnet = load_supernet(tiny["run"]).space.freeze(Arch.parse("csfgcs", load_supernet(tiny["run"]).spec).dict)
     loaded = AutoModelForMaskedLM.from_pretrained(out)
     hf_state = loaded.state_dict()

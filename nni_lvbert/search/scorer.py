@@ -349,7 +349,7 @@ class SupernetScorer:
                 "cache_mb": round(self.cache.bytes / 2**20, 1), **{f"val_{k}": v for k, v in self.val_stats.items()}}
 
     def describe(self) -> dict:
-        return {"run_dir": self.run_dir, "space": self.spec.to_dict(), "size": self.meta.get("size"),
+        return {"run_dir": self.run_dir, "space": space_as_trained(self.spec, self.meta), "size": self.meta.get("size"),
                 "steps": self.meta.get("steps"), "final_val_mlm_acc": self.meta.get("final_val_mlm_acc")}
 
 
@@ -403,8 +403,14 @@ class FewShotScorer:
                 "seconds": round(sum(s["seconds"] for s in subs.values()), 3), "subs": subs}
 
     def describe(self) -> dict:
-        return {"run_dir": self.run_dir, "space": self.spec.to_dict(), "size": self.meta.get("size"),
+        return {"run_dir": self.run_dir, "space": space_as_trained(self.spec, self.meta), "size": self.meta.get("size"),
                 "steps": self.fewshot["total_steps"], "fewshot": self.fewshot}
+
+
+def space_as_trained(spec, meta: dict) -> dict:
+    """A run's space with the size it was trained at (its meta.json), not the space file's default size (space.yaml
+    keeps the file's: `size: small` for a `--size tiny` run)."""
+    return {**spec.to_dict(), "size": meta.get("size") or spec.size}
 
 
 def scored_shape(supernet) -> tuple:
