@@ -291,6 +291,7 @@ def test_finetune_embedded_task_end_to_end_and_resume(model_dir, tmp_path, capsy
             "--max-train-examples", "32", "--epochs", "2", "--seeds", "0", "1"]
     code, stdout, err = run_cli(args, capsys)
     assert code == 0, err
+    assert "sotu-era" in stdout and "glue_score" not in stdout  # no `glue_score None` for a task outside GLUE
     res = json.loads((out / "results.json").read_text())
     r = res["tasks"]["sotu-era"]
     assert r["seeds"] == [0, 1] and set(r["score_per_seed"]) == {"0", "1"} and len(r["curves"]["0"]) == 2
@@ -488,5 +489,6 @@ def test_glue_command_runs_every_task_found(model_dir, tmp_path, capsys):
     res = json.loads((out / "results.json").read_text())
     assert list(res["tasks"]) == ["cola", "sst-2", "mrpc", "sts-b", "qqp", "mnli", "qnli", "rte", "wnli"]
     assert res["glue_score"] is not None and "GLUE score" in (out / "results.md").read_text()
+    assert "glue_score" in stdout  # all eight tasks: the summary has it
     assert set(res["tasks"]["mnli"]["median"]) == {"dev_matched/acc", "dev_mismatched/acc"}
     assert set(res["tasks"]["sts-b"]["median"]) == {"dev/spearman", "dev/pearson"}

@@ -18,9 +18,12 @@ def register(sub) -> None:
 
 
 def _print(summary: dict) -> dict:
+    """The summary's lines: each task's median score, and the GLUE score when there is one (all eight tasks run;
+    results.json keeps its null otherwise)."""
     if not summary:  # a DDP rank > 0: rank 0 reports
         return {}
-    return {"glue_score": summary["glue_score"], **{t: round(r["score_median"], 2) for t, r in summary["tasks"].items()}}
+    glue = {"glue_score": summary["glue_score"]} if summary["glue_score"] is not None else {}
+    return {**glue, **{t: round(r["score_median"], 2) for t, r in summary["tasks"].items()}}
 
 
 def run_finetune(args) -> dict:
