@@ -4,8 +4,9 @@
 - NNI's dict form: {"layer00": "dc", "layer01": "sa", ...}
 - compact letters: "ccsf..." (c=dc, s=sa, f=ff, g=glu), x-transformers style
 - LV-BERT Table 7 digits: "0012..." (0=dc, 1=sa, 2=ff)
-- a named reference: bert, dynamicconv, sandwich (k=6; sandwichK for another k), lvbert-small
-- a JSON file holding the dict form, or a best_arch.json with an "arch" key
+- a named reference, in any case: bert, dynamicconv, sandwich (k=6; sandwichK for another k), lvbert-small
+- a JSON file holding the dict form, or a best_arch.json with an "arch" key (a value that looks like a path, with a
+  separator or a file suffix, is read as one: "arch file not found" rather than "unknown layer letter")
 - a list or tuple of layer types, or an `Arch`
 
 An `Arch` is what the code passes around (search, scoring, history, IOT orders); the spellings above exist only at
@@ -14,8 +15,11 @@ the edges: `.compact` and `.dict` are the forms written to disk (history.jsonl, 
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import json
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +44,8 @@ def sandwich(slots: int, k: int) -> str:
 
 
 def named_arch(name: str, slots: int) -> str | None:
-    """Compact string of a named reference architecture, or None if `name` is not one."""
+    """Compact string of a named reference architecture (any case: BERT, Sandwich4), or None if `name` is not one."""
+    name = name.strip().lower()
     if slots % 2 == 0:
         if name == "bert":
             return "sf" * (slots // 2)
@@ -59,10 +64,65 @@ def named_arch(name: str, slots: int) -> str | None:
 # checked offline; `sandwichK` (e.g. sandwich4) picks another k.
 SANDWICH_K = 6
 NAMED_ARCHS = ("bert", "dynamicconv", "sandwich", "lvbert-small")
+NAMED_HELP = "bert, dynamicconv, sandwich, sandwichK, lvbert-small"  # as the error messages list them
+LETTERS_HELP = "c=dc s=sa f=ff g=glu (or digits 0=dc 1=sa 2=ff)"
+_FILE_SUFFIX = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,5}$")  # .json, .jsn, .yaml...: no arch spelling has one
 
 
 def is_named(text: str) -> bool:
+    text = text.strip().lower()
     return text in NAMED_ARCHS or (text.startswith("sandwich") and text[len("sandwich"):].isdigit())
+
+
+def _is_letters(text: str) -> bool:
+    """Whether `text` is a compact letter or digit spelling (lowercase words like "csfg" are arches, not names)."""
+    return bool(text) and (all(ch in DIGIT_TYPES for ch in text) or all(ch in TYPE_OF_LETTER for ch in text))
+
+
+def _arch_file(text: str) -> Path | None:
+    """The JSON file `text` names, or None when it does not look like a path (no separator, no file suffix, not an
+    existing file or directory); one line when it looks like one but is not a file."""
+    if not text:
+        return None
+    path = Path(os.path.expanduser(text))
+    seps = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
+    try:
+        is_file, is_dir = path.is_file(), path.is_dir()
+    except OSError:  # a name too long for the file system: not a file
+        is_file = is_dir = False
+    if is_file:
+        return path
+    looks_like_path = any(sep in text for sep in seps) or _FILE_SUFFIX.search(text)
+    if not (looks_like_path or (is_dir and not _is_letters(text))):
+        return None
+    if is_dir:
+        inside = path / "best_arch.json"
+        hint = f"pass {inside}" if inside.is_file() else "give the JSON file in it (best_arch.json, ...)"
+        raise UserError(f"arch file {path} is a directory; {hint}")
+    near = []
+    if path.parent.is_dir():
+        try:
+            near = difflib.get_close_matches(path.name, [e.name for e in path.parent.iterdir() if e.is_file()], n=1)
+        except OSError:
+            pass
+    raise UserError(f"arch file not found: {path}" + (f" (did you mean {path.parent / near[0]}?)" if near else ""))
+
+
+def _unknown_word(text: str) -> UserError:
+    """Neither a named arch nor valid letters: the names (with a did-you-mean) beside the letters."""
+    lower = text.lower()
+    digits = re.search(r"\d+$", lower)
+    if digits and difflib.get_close_matches(lower[:digits.start()], ["sandwich"], n=1):
+        near = ["sandwich" + digits.group()]  # sandwhich4 -> sandwich4
+    else:
+        near = difflib.get_close_matches(lower, NAMED_ARCHS, n=2)
+    if near:
+        return UserError(f"unknown arch {text!r} (did you mean {' or '.join(near)}?); named archs (any case): "
+                         f"{NAMED_HELP}; or layer letters {LETTERS_HELP}")
+    table = DIGIT_TYPES if text and text[0] in DIGIT_TYPES else TYPE_OF_LETTER
+    bad = sorted({ch for ch in text if ch not in table})
+    return UserError(f"unknown layer letter(s) {', '.join(repr(b) for b in bad)} in arch {text!r}; "
+                     f"use {LETTERS_HELP}, or a named arch (any case): {NAMED_HELP}")
 
 
 def _from_letters(s: str) -> list[str]:
@@ -116,11 +176,11 @@ def _read(value, slots: int) -> list[str]:
         raise UserError(f"named arch {text!r} is not defined for {slots} slots")
     if text.startswith("{"):
         return _from_dict(_loads(text, "arch"), slots)
-    if text.endswith(".json") or Path(text).is_file():
-        path = Path(text)
-        if not path.is_file():
-            raise UserError(f"arch file not found: {path}")
+    path = _arch_file(text)
+    if path is not None:
         return _from_dict(_loads(path.read_text(), str(path)), slots)
+    if not _is_letters(text):
+        raise _unknown_word(text)
     return _from_letters(text)
 
 
@@ -229,10 +289,9 @@ def infer_slots(value) -> int:
         return 24
     if text.startswith("{"):
         return infer_slots(_loads(text, "arch"))
-    if text.endswith(".json") or Path(text).is_file():
-        if not Path(text).is_file():
-            raise UserError(f"arch file not found: {text}")
-        return infer_slots(_loads(Path(text).read_text(), text))
+    path = _arch_file(text)
+    if path is not None:
+        return infer_slots(_loads(path.read_text(), str(path)))
     return len(text)
 
 

@@ -58,12 +58,26 @@ def quiet_known_warnings() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def package_version() -> str:
+    """The installed distribution's version (importlib.metadata; no torch), else the package's __version__."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nni-lvbert")
+    except PackageNotFoundError:
+        from . import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lvbert",
         description="LV-BERT layer-variety architecture search on Microsoft NNI. "
                     "Pipeline: data prepare -> supernet train -> search run -> best_arch.json (lvbert run does all).",
     )
+    parser.add_argument("--version", action="version", version=f"lvbert {package_version()}",
+                        help="print the installed nni-lvbert version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for _name, module in COMMANDS:
         importlib.import_module(module).register(sub)

@@ -112,6 +112,83 @@ def test_bad_arch_raises_clear_error(bad, msg):
         parse_arch(bad, space)
 
 
+@pytest.mark.parametrize("name,lower", [("BERT", "bert"), ("Sandwich4", "sandwich4"), ("LVBERT-small", "lvbert-small"),
+                                        ("DynamicConv", "dynamicconv"), (" Bert ", "bert")])
+def test_named_archs_match_in_any_case(name, lower):
+    assert parse_arch(name, SPACE) == parse_arch(lower, SPACE) == parse_arch(name)  # without a space: 24 slots
+    assert named_arch(name, 24) == named_arch(lower, 24)
+
+
+@pytest.mark.parametrize("value", ["runs/quickstart/search/best_arch.jsn", "best_arch.jsn", "arch.yaml",
+                                   "runs/quickstart/search", "nope/ccsf"])
+def test_an_arch_that_looks_like_a_path_is_a_missing_file(value, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for space in (SPACE, None):
+        with pytest.raises(UserError, match=f"^arch file not found: {value}$"):
+            parse_arch(value, space)
+
+
+def test_a_missing_arch_file_suggests_its_neighbour_and_a_directory_its_best_arch(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    search = tmp_path / "runs" / "q" / "search"
+    search.mkdir(parents=True)
+    (search / "best_arch.json").write_text(json.dumps({"arch": {f"layer{i:02d}": "sa" for i in range(24)}}))
+    with pytest.raises(UserError, match=r"not found: runs/q/search/best_arch\.jsn \(did you mean "
+                                        r"runs/q/search/best_arch\.json\?\)"):
+        parse_arch("runs/q/search/best_arch.jsn", SPACE)
+    for value in ("runs/q/search", "runs/q/search/"):
+        with pytest.raises(UserError, match="is a directory; pass runs/q/search/best_arch.json"):
+            parse_arch(value, SPACE)
+    with pytest.raises(UserError, match="runs/q is a directory; give the JSON file in it"):
+        parse_arch("runs/q", SPACE)
+    assert parse_arch("runs/q/search/best_arch.json", SPACE).compact == "s" * 24
+    (tmp_path / "ccsf").mkdir()  # a directory named like letters leaves the letters alone
+    assert parse_arch("ccsf", SpaceSpec(name="four", slots=4)).compact == "ccsf"
+
+
+@pytest.mark.parametrize("word,near", [("Bertt", "bert"), ("sandwhich4", "sandwich4"), ("lvbert_small", "lvbert-small"),
+                                       ("dynamicconvv", "dynamicconv"), ("Sandwitch", "sandwich")])
+def test_an_unknown_name_lists_the_named_archs_with_a_did_you_mean(word, near):
+    with pytest.raises(UserError) as exc:
+        parse_arch(word, SPACE)
+    message = str(exc.value)
+    assert f"unknown arch {word!r} (did you mean {near}" in message and "unknown layer letter" not in message
+    assert "bert, dynamicconv, sandwich, sandwichK, lvbert-small" in message
+
+
+def test_bad_letters_still_say_so_and_list_the_named_archs():
+    for word in ("xyzq", "csfgcz", "sa,ff,dc"):
+        with pytest.raises(UserError, match="unknown layer letter") as exc:
+            parse_arch(word, SPACE)
+        assert "named arch (any case): bert, dynamicconv, sandwich, sandwichK, lvbert-small" in str(exc.value)
+    four = SpaceSpec(name="four", slots=4)  # lowercase letter words are orders, not misspelled names
+    assert [parse_arch(v, four).compact for v in ("ccsf", "0012", "csfg", "gggg")] == ["ccsf", "ccsf", "csfg", "gggg"]
+    assert parse_arch("sf" * 200).compact == "sf" * 200  # longer than a file name may be
+
+
+def test_cli_arch_mistakes_are_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for arch, needle in [("runs/quickstart/search/best_arch.jsn", "error: arch file not found: "
+                                                                  "runs/quickstart/search/best_arch.jsn"),
+                         ("Bertt", "(did you mean bert?)")]:
+        assert main(["info", "--arch", arch]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and needle in err, err
+    assert main(["info", "--arch", "BERT", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["arch"] == "sf" * 12
+
+
+def test_version_is_printed_fast_without_torch():
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    code = ("import sys\nfrom nni_lvbert.cli import main\ntry:\n    main(['--version'])\nexcept SystemExit as e:\n"
+            "    print('exit', e.code, sorted({'torch', 'nni', 'lightning'} & set(sys.modules)))")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert got.stdout.splitlines() == [f"lvbert {version('nni-lvbert')}", "exit 0 []"], got
+
+
 def test_named_arch_needs_right_slot_count():
     with pytest.raises(UserError, match="not defined for 5 slots"):
         parse_arch("bert", SpaceSpec(name="odd", slots=5))

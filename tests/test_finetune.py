@@ -479,6 +479,28 @@ def test_bad_inputs_are_one_line_and_write_nothing(model_dir, tmp_path, capsys):
     assert code == 2 and "note: --tasks is deprecated; use --task" in err and "not found in" in err
 
 
+def test_model_pointing_at_a_pretrain_run_names_its_model_directory(tmp_path, capsys):
+    """`--model RUN` of a pretrain run (or of `lvbert run`'s directory) points to RUN/hf, for every command taking
+    --model (finetune, glue: finetune.run; export --onnx: hf.exporting); an ELECTRA run names its generator too."""
+    from nni_lvbert.hf.exporting import load_model_dir
+
+    run = tmp_path / "pretrain"
+    for name in ("hf", "hf-generator"):
+        (run / name).mkdir(parents=True)
+        (run / name / "config.json").write_text("{}")
+    out = tmp_path / "out"
+    code, _, err = run_cli(["finetune", "--task", "sotu-era", "--model", str(run), "--out", str(out)], capsys)
+    assert code == 2 and not out.exists()
+    one_error_line(err, f"--model {run} is a pretrain run; its model is {run / 'hf'} (pass --model {run / 'hf'})",
+                   f"ELECTRA generator (fill-mask) is {run / 'hf-generator'}")
+    with pytest.raises(UserError, match="is a pretrain run; its model is"):
+        load_model_dir(run)
+    (run / "hf-generator" / "config.json").unlink()  # MLM: hf/ only
+    code, _, err = run_cli(["finetune", "--task", "sotu-era", "--model", str(tmp_path), "--out", str(out)], capsys)
+    assert code == 2 and "generator" not in err
+    one_error_line(err, f"--model {tmp_path} is a `lvbert run` directory; its model is {run / 'hf'}")
+
+
 @pytest.mark.slow
 def test_glue_command_runs_every_task_found(model_dir, tmp_path, capsys):
     glue = make_glue(tmp_path / "glue")

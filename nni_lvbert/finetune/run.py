@@ -114,8 +114,9 @@ def load_model_dir(path: str):
 
     p = Path(path)
     if not (p / "config.json").is_file():
-        raise UserError(f"--model {p}: not a model directory (no config.json); make one with `lvbert export` or "
-                        "`lvbert pretrain`")
+        from ..pretrain.hf_output import not_a_model_dir
+
+        raise UserError(not_a_model_dir(p))
     check_model_weights(p)
     try:
         config = AutoConfig.from_pretrained(str(p))

@@ -125,7 +125,9 @@ def load_model_dir(directory):
     directory = Path(directory)
     config_file = directory / "config.json"
     if not config_file.is_file():
-        raise UserError(f"{directory} is not a model directory (no config.json)")
+        from ..pretrain.hf_output import not_a_model_dir
+
+        raise UserError(not_a_model_dir(directory))
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:

@@ -13,6 +13,24 @@ from __future__ import annotations
 HF_DIR, GENERATOR_DIR = "hf", "hf-generator"
 
 
+def not_a_model_dir(path) -> str:
+    """The one-line error for `--model PATH` without a config.json (every command that takes --model): a pre-training
+    run (or a `lvbert run` directory) is pointed to the model directory inside it."""
+    from pathlib import Path
+
+    p = Path(path)
+    for run in (p, p / "pretrain"):  # a pretrain run; `lvbert run`'s directory holds one in pretrain/
+        model = run / HF_DIR
+        if (model / "config.json").is_file():
+            what = "a pretrain run" if run == p else "a `lvbert run` directory"
+            generator = run / GENERATOR_DIR
+            extra = (f"; its ELECTRA generator (fill-mask) is {generator}" if (generator / "config.json").is_file()
+                     else "")
+            return f"--model {p} is {what}; its model is {model} (pass --model {model}){extra}"
+    return (f"--model {p}: not a model directory (no config.json); make one with `lvbert export` or "
+            "`lvbert pretrain`")
+
+
 def discriminator_to_hf(electra, cfg, arch):
     """An HF `LVBertForPreTraining` (eval mode) holding the discriminator's weights exactly."""
     from ..hf.convert import hf_config, hf_state_dict
