@@ -4,7 +4,7 @@
     python -m nni_lvbert.clidoc --write    # write docs/cli.md (tests/test_cli_reference.py fails when it drifts)
 
 One section per command that runs something (`lvbert supernet train`, ...): its help line and a table of its
-options with their defaults; a flag's earlier spelling, still accepted for one release, is named beside it.
+options with their defaults.
 """
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ HEADER = """# Command-line reference
 
 Generated from the parsers by `python -m nni_lvbert.clidoc --write`; do not edit by hand
 (`tests/test_cli_reference.py` fails when this page and the commands disagree). Every command that prints a result
-takes `--json` (one JSON object instead of one `field  value` line per field). Old spellings still work for one
-release and print a `note:` line naming the new one.
+takes `--json` (one JSON object instead of one `field  value` line per field).
 """
 
 
@@ -39,15 +38,13 @@ def _cell(text) -> str:
 
 
 def _flags(action: argparse.Action) -> str:
-    old = getattr(action, "old", None)
-    names = [s for s in action.option_strings if s != old] or list(action.option_strings)
     shown = action.metavar or ("{" + ",".join(map(str, action.choices)) + "}" if action.choices else action.dest.upper())
     metavar = "" if action.nargs == 0 else f" {shown}"
     if action.nargs in ("+", "*"):
         metavar += " ..."
     if not action.option_strings:  # a positional
         return f"`{action.metavar or action.dest}`"
-    return ", ".join(f"`{n}{metavar}`" for n in names) + (f" (was `{old}`)" if old else "")
+    return ", ".join(f"`{n}{metavar}`" for n in action.option_strings)
 
 
 def _default(action: argparse.Action) -> str:

@@ -77,20 +77,18 @@ def field_default(f: dataclasses.Field) -> Any:
 
 
 def opt(default: Any = dataclasses.MISSING, help: str = "", *, default_factory: Any = dataclasses.MISSING,
-        flag: str | None = None, old: str | None = None, metavar: str | None = None, choices=None,
-        nargs: str | None = None, const: Any = None, type: Any = None, exclusive: str | None = None,
-        group: str | None = None) -> Any:
+        flag: str | None = None, metavar: str | None = None, choices=None, nargs: str | None = None,
+        const: Any = None, type: Any = None, exclusive: str | None = None, group: str | None = None) -> Any:
     """An option: a dataclass field whose metadata makes its command-line flag (`cliargs.add_options`).
 
     The flag is `--` + the name with dashes (`flag` to spell it otherwise; a bool that defaults to True is
     `--no-NAME`), its type and `nargs` come from the annotation (`T | None` -> T, `list[T]` -> one or more), and
-    its help ends with the default unless the help speaks of it. `old` is a deprecated spelling that still works
-    (with a note), `exclusive` names a set of options that exclude each other, `group` overrides the help section
-    (default: the `GROUP` of the options class that declares the field). Fields made with plain `field()` or a
-    bare default have no flag (`hpo`, `given`, ...); a subclass may re-declare a field with a bare default to
-    change only its default, keeping its base's flag and help."""
-    meta = {"help": help, "flag": flag, "old": old, "metavar": metavar, "choices": choices, "nargs": nargs,
-            "const": const, "type": type, "exclusive": exclusive, "group": group}
+    its help ends with the default unless the help speaks of it. `exclusive` names a set of options that exclude
+    each other, `group` overrides the help section (default: the `GROUP` of the options class that declares the
+    field). Fields made with plain `field()` or a bare default have no flag (`hpo`, `given`, ...); a subclass may
+    re-declare a field with a bare default to change only its default, keeping its base's flag and help."""
+    meta = {"help": help, "flag": flag, "metavar": metavar, "choices": choices, "nargs": nargs, "const": const,
+            "type": type, "exclusive": exclusive, "group": group}
     meta = {k: v for k, v in meta.items() if v is not None}
     return dataclasses.field(default=default, default_factory=default_factory, metadata=meta)
 
@@ -139,18 +137,8 @@ def given_fields(opts) -> set[str]:
     return out
 
 
-# Option names of the previous release, as run directories made by it store them (options.json): read under their
-# new names, so those runs resume as they were started. Drop with the deprecated flag spellings (cliargs).
-RENAMED = {"run_dir": "out", "steps": "max_steps", "archs": "num_archs", "seeds": "num_seeds",
-           "ft_seeds": "finetune_seeds", "ft_max_steps": "finetune_max_steps", "pretrain": "objective",
-           "supernet_steps": "supernet_max_steps", "pretrain_steps": "pretrain_max_steps"}
-
-
 def _from_dict(opts, stored: dict):
     """A copy of `opts` with the stored values (nested option dataclasses rebuilt from their dicts)."""
-    names = {f.name for f in dataclasses.fields(opts)}
-    stored = {(RENAMED[k] if k in RENAMED and k not in names and RENAMED[k] in names else k): v
-              for k, v in stored.items()}
     values = {}
     for f in dataclasses.fields(opts):
         if f.name not in stored or f.name == "given":
@@ -225,7 +213,7 @@ class OutputOptions:
 
     GROUP: ClassVar[str] = "output and resume"
 
-    out: str = opt("runs/run", "output directory", old="--run-dir", metavar="DIR")
+    out: str = opt("runs/run", "output directory", metavar="DIR")
     resume: bool = opt(False, "continue the interrupted run in --out with the options it stored (finished parts are "
                               "kept)", exclusive="resume")
     overwrite: bool = opt(False, "replace a non-empty output directory", exclusive="resume")

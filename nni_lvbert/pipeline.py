@@ -182,10 +182,12 @@ def _check_pretrain(opts: PipelineOptions) -> None:
     if opts.objective not in OBJECTIVES:
         raise UserError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {opts.objective!r}")
     outside = "LOCAL_RANK" in os.environ or int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1  # torchrun / srun
-    if str(opts.devices) != "1" and outside:  # the ranks were started from outside, not by Lightning's launcher
-        raise UserError("--objective with several devices needs Lightning's own launcher (plain `lvbert run "
-                        "--devices N`); under torchrun/SLURM pre-train afterwards with `lvbert pretrain --arch "
-                        "OUT/search/best_arch.json --devices N`")
+    # ranks started from outside, not by Lightning's launcher, or on other nodes: rank 0 cannot launch them anew
+    if opts.num_nodes > 1 or (str(opts.devices) != "1" and outside):
+        raise UserError("--objective with several devices needs Lightning's own launcher on one node (plain `lvbert "
+                        "run --devices N`); under torchrun/SLURM or with --num-nodes > 1 pre-train afterwards with "
+                        f"`lvbert pretrain --arch {opts.out}/search/best_arch.json --devices {opts.devices} "
+                        f"--num-nodes {opts.num_nodes}`")
 
 
 def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:

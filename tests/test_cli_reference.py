@@ -27,11 +27,9 @@ def test_every_command_is_in_the_reference_and_every_option_explained():
                 assert action.help, f"lvbert {' '.join(path)} {action.option_strings or action.dest}: no help text"
 
 
-def test_results_take_json_and_old_spellings_show_beside_the_new():
+def test_results_take_json():
     text = clidoc.reference()
     sections = dict(s.split("\n", 1) for s in text.split("\n## ")[1:])
     for name in ("`lvbert supernet train`", "`lvbert search run`", "`lvbert pretrain`", "`lvbert finetune`",
                  "`lvbert run`", "`lvbert study ranking`", "`lvbert iot eval`", "`lvbert export`"):
         assert "`--json`" in sections[name], name
-    assert "`--out DIR` (was `--run-dir`)" in sections["`lvbert iot eval`"]
-    assert "`--objective OBJECTIVE` (was `--pretrain`)" in sections["`lvbert run`"]

@@ -256,10 +256,9 @@ def test_run_dir_is_a_loadable_model(trained, data):
 
 
 def test_eval_cli_reports_usage_and_accuracies(trained, capsys):
-    assert main(["iot", "eval", "--run-dir", str(trained), "--val-batches", "2", "--batch-size", "8",
-                 "--no-progress", "--json"]) == 0  # the old spelling of --out, kept for one release
+    assert main(["iot", "eval", "--out", str(trained), "--val-batches", "2", "--batch-size", "8",
+                 "--no-progress", "--json"]) == 0
     captured = capsys.readouterr()
-    assert "note: --run-dir is deprecated; use --out" in captured.err
     stats = json.loads(captured.out)
     assert [o["arch"] for o in stats["orders"]] == ["sfcs", "scfs", "fscf"]
     assert stats["sequences"] == 16 and 0 <= stats["routed"]["val_mlm_acc"] <= 1

@@ -91,6 +91,47 @@ def test_pretrain_on_several_devices_under_an_outside_launcher_is_one_line(tmp_p
         assert not out.exists()
 
 
+def test_pretrain_on_several_nodes_is_one_line(tmp_path, cache_dir, capsys):
+    """The ranks of other nodes are not rank 0's to launch again for the pre-training stage."""
+    out = tmp_path / "run"
+    assert main(run_args(out, cache_dir, 4, "--num-nodes", "2", "--objective", "mlm")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "--num-nodes 2`" in err[0], err
+    assert not out.exists()
+
+
+def test_run_hands_every_hardware_option_to_the_supernet_stage(tmp_path, cache_dir, capsys, monkeypatch):
+    """`lvbert run` takes the whole hardware group of the training commands, and each value reaches the supernet
+    stage (its options.json; the search stage is cut short here)."""
+    from nni_lvbert.search import run as search_run
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    help_ = capsys.readouterr().out
+    for flag in ("--accelerator", "--devices", "--num-nodes", "--ddp-strategy", "--precision", "--num-workers",
+                 "--compile"):
+        assert f"{flag} " in help_, flag
+
+    class Stop(Exception):
+        pass
+
+    def stop(opts, log=None):
+        raise Stop
+
+    monkeypatch.setattr(search_run, "run_search", stop)
+    out = tmp_path / "run"
+    with pytest.raises(Stop):
+        main(run_args(out, cache_dir, 2, "--accelerator", "cpu", "--ddp-strategy", "auto", "--precision", "32-true",
+                      "--num-workers", "1"))
+    stored = json.loads((out / "supernet" / "options.json").read_text())
+    assert {k: stored[k] for k in ("accelerator", "devices", "num_nodes", "ddp_strategy", "precision", "num_workers",
+                                   "compile")} == {"accelerator": "cpu", "devices": "1", "num_nodes": 1,
+                                                   "ddp_strategy": "auto", "precision": "32-true", "num_workers": 1,
+                                                   "compile": None}
+    meta = json.loads((out / "supernet" / "meta.json").read_text())
+    assert meta["steps"] == 2 and meta["precision"] == "32-true"
+
+
 def test_an_unknown_compile_backend_is_one_line_before_anything_is_written(tmp_path, cache_dir, capsys):
     out = tmp_path / "run"
     assert main(run_args(out, cache_dir, 4, "--compile", "nonesuch")) == 2

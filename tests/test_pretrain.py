@@ -259,16 +259,12 @@ def test_lvbert_run_pretrain_stage(tmp_path, cache_dir, capsys):
     out = tmp_path / "run"
     args = ["run", "--out", str(out), "--size", "tiny", "--max-docs", "120", "--cache-dir", str(cache_dir),
             "--supernet-max-steps", "4", "--population", "4", "--iterations", "2", "--topk", "2", "--crossover", "2",
-            "--mutation", "2", "--no-progress", "--json", "--pretrain", "electra", "--pretrain-steps", "3"]  # (old
-    # spellings of --objective and --pretrain-max-steps)
+            "--mutation", "2", "--no-progress", "--json", "--objective", "electra", "--pretrain-max-steps", "3"]
     assert main([*args[:-4], "--objective", "gan"]) == 2
     assert "--objective must be one of" in one_error_line(capsys.readouterr().err)
     assert not out.exists()
     assert main(args) == 0
-    captured = capsys.readouterr()  # the spellings of earlier releases still work, each with a note
-    assert "note: --pretrain is deprecated; use --objective" in captured.err
-    assert "note: --pretrain-steps is deprecated; use --pretrain-max-steps" in captured.err
-    stdout = captured.out  # Lightning also prints there
+    stdout = capsys.readouterr().out  # Lightning also prints there
     summary = json.loads(stdout.strip().splitlines()[-1])
     best = json.loads((out / "search" / "best_arch.json").read_text())
     meta = json.loads((out / "pretrain" / "meta.json").read_text())

@@ -185,9 +185,6 @@ def test_nnictl_end_to_end_stop_and_resume(tiny, scorer, tmp_path, capsys):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/check-status", timeout=2)
     code, _, err = run_cli(["search", "nnictl", "resume", "nosuchid", "--port", str(free_port())], capsys)
     assert code == 2 and "unknown NNI experiment 'nosuchid'" in one_error_line(err)
-    # the old spelling still works, with a deprecation note
-    code, _, err = run_cli(["search", "nnictl", "--resume", "nosuchid", "--port", str(free_port())], capsys)
-    assert code == 2 and "deprecated" in err and "unknown NNI experiment 'nosuchid'" in err
     code, _, err = run_cli(["search", "nnictl", "resume", "--port", str(free_port())], capsys)
     assert code == 2 and "give the experiment to resume" in one_error_line(err)
 

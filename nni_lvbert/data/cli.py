@@ -24,7 +24,7 @@ class PrepareOptions:
                                 metavar="PATH")
     cased: bool = opt(False, "do not lower-case (trained tokenizer / vocab.txt)")
     val_fraction: float = opt(DEFAULT_VAL_FRACTION, "share of documents held out", metavar="F")
-    data_seed: int = opt(0, "seed of the fixed validation masking", old="--seed", metavar="N")
+    data_seed: int = opt(0, "seed of the fixed validation masking", metavar="N")
     mlm_probability: float = opt(0.15, "masking rate", metavar="P")
     text_column: str = opt("text", "jsonl/parquet/hub column holding the text", metavar="NAME")
     doc_by: str = opt("auto", DOC_BY_HELP, choices=["auto", "paragraph", "line", "file"])

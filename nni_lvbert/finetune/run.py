@@ -50,7 +50,7 @@ class FinetuneOptions(HardwareOptions, OutputOptions):
     tasks: list[str] = opt(help="cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli (GLUE files), squad, squad_v2 "
                                 "(SQuAD JSON, or the hub without --data), glue:NAME (hub), sotu-era (embedded), or "
                                 "your name with --text-column/--label-column; several: one after the other",
-                           default_factory=list, flag="--task", old="--tasks", metavar="TASK", group="")
+                           default_factory=list, flag="--task", metavar="TASK", group="")
     data: str | None = opt(None, "GLUE folder, or a folder with train.*/dev.* (csv, tsv, jsonl, parquet), or a train "
                                  "file; SQuAD: train-v1.1.json (dev-v1.1.json beside it) or their folder (v2.0 "
                                  "likewise)", metavar="PATH", group="")

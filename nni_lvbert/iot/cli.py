@@ -9,8 +9,7 @@ from ..options import opt
 
 @dataclass
 class IOTEvalOptions:
-    out: str = opt(IOT, "a finished `lvbert iot train` directory (eval.json is written there)", old="--run-dir",
-                   metavar="DIR")
+    out: str = opt(IOT, "a finished `lvbert iot train` directory (eval.json is written there)", metavar="DIR")
     data: str | None = opt(None, "prepared data directory (default: the run's)", metavar="DIR")
     batch_size: int = opt(64, "validation sequences per batch")
     val_batches: int | None = opt(None, "only the first N validation batches")

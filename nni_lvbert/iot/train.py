@@ -46,8 +46,7 @@ class IOTOptions(TrainOptions):
                                          "files", metavar="ARCH", group=ORDERS)
     block: str | None = opt(None, "IOT-style: M distinct permutations of a block (e.g. sa,ff,dc or sfc) repeated "
                                   "over the slots", metavar="TYPES", group=ORDERS)
-    m: int | None = opt(None, "number of orders M (default 4; with --orders: their number)",
-                        old="--orders-from-block", group=ORDERS)
+    m: int | None = opt(None, "number of orders M (default 4; with --orders: their number)", group=ORDERS)
     tau: float = opt(TAU, "Gumbel-softmax temperature (start)")
     tau_min: float = opt(TAU_MIN, "temperature floor")
     tau_decay: float = opt(TAU_DECAY, "r in tau = max(tau * exp(-r * step), tau_min), step floored to --tau-every")

@@ -9,7 +9,7 @@ from .defaults import VAL_TOKENS
 
 
 def register(sub) -> None:
-    from ..cliargs import DeprecatedAlias, add_actions, add_command, add_flags, add_json_arg
+    from ..cliargs import add_actions, add_command, add_flags, add_json_arg
     from .options import LatencyOptions, LatencyTableOptions, ScoreOptions
     from .run import SearchOptions
 
@@ -30,18 +30,14 @@ def register(sub) -> None:
     n.add_argument("action", nargs="?", choices=["create", "resume"], default="create",
                    help="create (default) or resume ID")
     n.add_argument("experiment_id", nargs="?", default=None, metavar="ID", help="the experiment to resume")
-    n.add_argument("--experiment-config", "--config", dest="experiment_config", default=None, metavar="FILE.yml",
-                   action=DeprecatedAlias, old="--config", new="--experiment-config",
+    n.add_argument("--experiment-config", default=None, metavar="FILE.yml",
                    help="nnictl experiment config (default: the packaged search.yml)")
-    n.add_argument("--resume", dest="resume_id", default=None, metavar="ID",
-                   help="deprecated spelling of `resume ID`")
     n.add_argument("--supernet", default=SUPERNET, help=f"supernet run directory (default {SUPERNET})")
     n.add_argument("--port", type=int, default=8080, help="web UI / REST API port (default 8080)")
     n.add_argument("--host", default="127.0.0.1", help="interface for the web UI / REST API (default 127.0.0.1)")
     n.add_argument("--max-trials", type=int, default=None, help="override maxTrialNumber")
     n.add_argument("--concurrency", type=int, default=None, help="override trialConcurrency")
-    n.add_argument("--out", "--workdir", dest="out", default=None, metavar="DIR", action=DeprecatedAlias,
-                   old="--workdir", new="--out", help="experiment working directory (default: the config's)")
+    n.add_argument("--out", default=None, metavar="DIR", help="experiment working directory (default: the config's)")
     n.add_argument("--seed", type=int, default=None, help="override the tuner's seed")
     n.add_argument("--val-tokens", type=int, default=None,
                    help=f"validation tokens per trial (default {VAL_TOKENS})")
@@ -64,8 +60,7 @@ def register(sub) -> None:
     e.add_argument("--experiment-dir", default=None, help="or the experiment's directory (holding db/nni.sqlite)")
     e.add_argument("--supernet", default=None, help="supernet run directory (default: from the trial command)")
     e.add_argument("--out", default=EXPORT_OUT, metavar="DIR",
-                   help=f"directory to write best_arch.json into (default {EXPORT_OUT}; a FILE.json is the "
-                        "deprecated spelling of the file itself)")
+                   help=f"directory to write best_arch.json into (default {EXPORT_OUT})")
     add_json_arg(e)
     e.set_defaults(func=export_cmd)
 
@@ -105,9 +100,6 @@ def nnictl_cmd(args) -> dict:
 
     from ..errors import UserError
 
-    if args.resume_id:
-        print("note: --resume ID is deprecated; use `lvbert search nnictl resume ID`", file=sys.stderr)
-        args.action, args.experiment_id = "resume", args.resume_id
     if args.action == "resume":
         if not args.experiment_id:
             raise UserError("give the experiment to resume: lvbert search nnictl resume ID")

@@ -156,7 +156,7 @@ def create(args) -> dict:
 
 
 def resume(args) -> dict:
-    """`lvbert search nnictl --resume ID`: `nnictl resume` with the port checked and the web UI on 127.0.0.1.
+    """`lvbert search nnictl resume ID`: `nnictl resume` with the port checked and the web UI on 127.0.0.1.
 
     The tuner replays Algorithm 1 from the finished trials' scores (nothing is scored twice); trials that were
     running when the experiment stopped are re-run by NNI and awaited (see tuner.py)."""
@@ -266,12 +266,7 @@ def export(args) -> dict:
     counts = param_counts(cfg, types)
     tuner = config.get("tuner") or {}
     class_args = tuner.get("classArgs") or {}
-    out = Path(args.out)
-    if out.suffix == ".json":  # the spelling of earlier releases: --out names the file
-        print("note: --out FILE.json is deprecated; --out names the directory best_arch.json goes into",
-              file=sys.stderr)
-    else:
-        out = out / "best_arch.json"
+    out = Path(args.out) / "best_arch.json"
     result = {
         "arch": to_dict(types),
         "compact": to_compact(types),

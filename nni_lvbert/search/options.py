@@ -60,7 +60,7 @@ class StrategyOptions:
     strategies: list[str] = opt(
         help="search strategies: evolution (LV-BERT Algorithm 1), regularized-evolution, random (NNI); several run "
              "one after another into one plot", default_factory=lambda: ["evolution"], flag="--search",
-        old="--strategy", metavar="NAME", group="")
+        metavar="NAME", group="")
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
 
 

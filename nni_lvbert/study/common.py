@@ -78,12 +78,12 @@ class StudyOptions(OutputOptions):
     MAY_CHANGE_ON_RESUME: ClassVar[frozenset[str]] = frozenset()
     GROUP: ClassVar[str] = "stand-alone budget (the same for every model)"
 
-    out: str = opt(layout.STUDY, "study directory", old="--run-dir", metavar="DIR")
+    out: str = opt(layout.STUDY, "study directory", metavar="DIR")
     quick: bool = opt(False, "CI-sized run: checks that everything runs, not what wins", group="")
     models: str | None = opt(None, "model store for the stand-alone pre-trainings (default OUT/models; share it "
                                    "between studies to train each model once)", metavar="DIR", group="")
     # stand-alone budget (Budget); None = the preset (quick or tiny)
-    max_steps: int | None = opt(None, f"training steps (default {_T['steps']}; quick {_Q['steps']})", old="--steps")
+    max_steps: int | None = opt(None, f"training steps (default {_T['steps']}; quick {_Q['steps']})")
     lr: float | None = opt(None, f"peak learning rate (default {_T['lr']:g})")
     warmup_steps: int | None = opt(None, f"linear warm-up (default {_T['warmup_steps']})")
     batch_size: int | None = opt(None, f"batch size (default {_T['batch_size']}; quick {_Q['batch_size']})")

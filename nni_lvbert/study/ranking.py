@@ -58,7 +58,7 @@ class RankingOptions(StudyOptions):
                                        "stand-alone differences are large enough to rank", choices=["stratified",
                                                                                                  "graded"], group="")
     num_archs: int | None = opt(None, "orders stratified by composition and placement (default 20; quick 3), plus "
-                                      "the baselines and the searched order", old="--archs", group="")
+                                      "the baselines and the searched order", group="")
     num_seeds: int | None = opt(None, "stand-alone pre-training seeds per order for the ground truth, --seed .. "
                                       "--seed+N-1 (default 3; quick 2)", group="")
     searched: str | None = opt(None, "a search directory or its best_arch.json: the searched order joins the "
