@@ -48,6 +48,7 @@ def listening():
     _state["listening"] += 1
     try:
         yield
+        _state["at"] = None  # finished: a later Ctrl-C is not "at" this training's step
     finally:
         _state["listening"] -= 1
 
