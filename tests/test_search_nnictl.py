@@ -111,6 +111,14 @@ def test_init_experiment_with_a_supernet_fills_the_configs_and_export_finds_it(t
     assert code == 2 and "--overwrite" in one_error_line(err)
 
 
+def supernet_meta_size(run) -> str:
+    from nni_lvbert.supernet.rundir import load_supernet
+
+    size = load_supernet(run).meta["size"]
+    assert size != load_supernet(run).spec.size  # the fixture's space file names another size
+    return size
+
+
 def _non_loopback_address() -> str | None:
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -179,6 +187,8 @@ def test_nnictl_end_to_end_stop_and_resume(tiny, scorer, tmp_path, capsys):
         best = json.loads((tmp_path / "export" / "best_arch.json").read_text())
         assert best["score"] == pytest.approx(max(scorer.score(list(a.values())) for a in archs.values()))
         assert best["experiment"]["id"] == exp_id and len(best["arch"]) == SLOTS
+        # the space block names the size the supernet was trained at, not its space file's default (issue #41)
+        assert best["supernet"]["space"]["size"] == best["supernet"]["size"] == supernet_meta_size(tiny["run"])
     finally:
         subprocess.run([nnictl, "stop", exp_id], capture_output=True, timeout=60)
     with pytest.raises(OSError):

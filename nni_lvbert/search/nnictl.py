@@ -247,6 +247,7 @@ def export(args) -> dict:
     from ..info import param_counts
     from ..atomic import write_json
     from .cost import CostModel
+    from .scorer import space_as_trained
     from ..supernet.rundir import supernet_dir
 
     exp_dir = Path(args.experiment_dir) if args.experiment_dir else experiment_dir(args.experiment)
@@ -276,8 +277,8 @@ def export(args) -> dict:
         "backbone_flops": CostModel(cfg, spec).flops(types),
         "strategy": "nnictl:" + str(tuner.get("className") or tuner.get("name") or "tuner"),
         "seed": class_args.get("seed"),
-        "supernet": {"run_dir": str(Path(supernet).resolve()), "space": spec.to_dict(), "size": meta.get("size"),
-                     "steps": meta.get("steps")},
+        "supernet": {"run_dir": str(Path(supernet).resolve()), "space": space_as_trained(spec, meta),
+                     "size": meta.get("size"), "steps": meta.get("steps")},
         "space": spec.name,
         "experiment": {"id": args.experiment or config.get("id") or exp_dir.name, "trial": best["trial"],
                        "trials_with_metric": len(trials)},
