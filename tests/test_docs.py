@@ -1,16 +1,22 @@
-"""The docs' commands as written. Every code block of the user guide (docs/index.md, docs/guide/*.md) is marked:
+"""The docs' commands as written. Every code block of the user guide (docs/index.md and the guide's pages in the
+order of mkdocs.yml's nav, docs/deploy.md included) is marked:
 
     <!-- docs-test: run -->            its commands run here, in a temp copy of the quickstart's layout (tiny)
     <!-- docs-test: tiny -->           its commands run as written at tiny settings, one block after another as a
                                        newcomer follows the guide: in a copy of a tiny quickstart's outputs (made by
                                        the guide's own commands), without the directories the block writes itself;
-                                       step counts and budgets shrunk (`TINY`, through --config and given values)
+                                       step counts and budgets shrunk (`TINY`, through --config and given values),
+                                       and a latency budget taken from the block's own table (`budget_from_table`)
+    <!-- docs-test: python -->         its Python runs as written in a fresh process, in such a copy; only
+                                       `PYTHON_SHRUNK`'s training steps are shrunk
     <!-- docs-test: parse REASON -->   not run (REASON: minutes of training, nnictl, a GPU, ...): every `lvbert` line
                                        must parse with the real CLI, every script it names must exist
-    <!-- docs-test: skip REASON -->    not checked (installs, the two top-level scripts, Python snippets)
+    <!-- docs-test: skip REASON -->    not checked (installs, the two top-level scripts)
 
 A block without a mark fails, so a new command cannot slip into the guide untested. The README's tour lines are
-parsed the same way. `mkdocs build --strict` (in .ci/run) checks links and anchors.
+parsed the same way. Every output of every command (`--out`, `> FILE`, `init-experiment DIR`) is under runs/, and no
+command writes a directory a command before it in the guide wrote (`test_the_guide_runs_in_order`): a reader can
+follow the pages one after another. `mkdocs build --strict` (in .ci/run) checks links and anchors.
 """
 from __future__ import annotations
 
@@ -26,9 +32,20 @@ import pytest
 from nni_lvbert.cli import build_parser, main
 
 REPO = Path(__file__).resolve().parent.parent
-PAGES = [REPO / "docs" / "index.md", *sorted((REPO / "docs" / "guide").glob("*.md"))]
+
+
+def guide_pages() -> list[Path]:
+    """docs/index.md, then the user guide's pages in the order of mkdocs.yml's nav (a reader's order)."""
+    import yaml
+
+    nav = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+    guide = next(entry["User guide"] for entry in nav if "User guide" in entry)
+    return [REPO / "docs" / "index.md", *(REPO / "docs" / next(iter(page.values())) for page in guide)]
+
+
+PAGES = guide_pages()
 BLOCK = re.compile(r"(?:<!-- docs-test: (\w+)\s*(.*?)\s*-->\n)?```(\w*)\n(.*?)```", re.S)
-MARKS = {"run", "tiny", "parse", "skip"}
+MARKS = {"run", "tiny", "python", "parse", "skip"}
 SEARCHED = "fccfgfcccgsssfsggcsgfcgc"  # the quickstart's winner (docs/results.md)
 
 
@@ -66,9 +83,21 @@ def redirected(argv: list[str]) -> tuple[list[str], str | None]:
     return argv, None
 
 
+def unwrapped(argv: list[str]) -> list[str]:
+    """`argv` without a leading `taskset -c CPUS`, `env` and `VAR=value` words: the command they run."""
+    while argv:
+        if argv[0] == "taskset" and argv[1:2] == ["-c"]:
+            argv = argv[3:]
+        elif argv[0] == "env" or re.match(r"^[A-Z_]+=", argv[0]):
+            argv = argv[1:]
+        else:
+            break
+    return argv
+
+
 def parse_error(argv: list[str]) -> str | None:
     """None when `argv` (a line of the docs) is a valid command as written, else why not."""
-    tool, *args = redirected(argv)[0]
+    tool, *args = unwrapped(redirected(argv)[0])
     if tool == "lvbert":
         err = io.StringIO()
         try:
@@ -85,6 +114,8 @@ def parse_error(argv: list[str]) -> str | None:
         if args[:1] == ["create"]:
             config = Path(args[args.index("--config") + 1])
             return None if config.name in {f.name for f in EXPERIMENT_FILES} else f"no shipped {config.name}"
+        if args[:1] == ["stop"] and "--all" in args:
+            return "`nnictl stop --all` stops every experiment of the user: stop the one (`nnictl stop ID`)"
         return None if args[:1] in (["stop"], ["resume"], ["experiment"]) else f"unknown nnictl command {args}"
     return f"unknown tool {tool!r}: mark the block `skip` with a reason"
 
@@ -94,13 +125,18 @@ ALL = list(blocks())
 
 def test_the_guide_has_blocks_of_every_kind():
     assert len(ALL) >= 20 and {b[2] for b in ALL} == MARKS
+    assert set((REPO / "docs" / "guide").glob("*.md")) < set(PAGES) and REPO / "docs" / "deploy.md" in PAGES
 
 
 @pytest.mark.parametrize("page,line,mark,reason,lang,text", ALL, ids=[f"{b[0].name}:{b[1]}" for b in ALL])
 def test_every_block_is_marked_and_its_commands_parse(page, line, mark, reason, lang, text):
     assert mark in MARKS, f"{page}:{line}: mark the block <!-- docs-test: run|tiny|parse REASON|skip REASON -->"
-    assert mark in ("run", "tiny") or reason, f"{page}:{line}: `{mark}` needs a reason"
+    assert mark in ("run", "tiny", "python") or reason, f"{page}:{line}: `{mark}` needs a reason"
     if mark == "skip":
+        return
+    if mark == "python":
+        assert lang == "python", f"{page}:{line}: a `python` block is Python"
+        compile(text, f"{page}:{line}", "exec")
         return
     assert lang == "bash", f"{page}:{line}: only bash blocks can be run or parsed"
     cmds = commands(text)
@@ -116,6 +152,68 @@ def test_readme_tour_commands_parse():
     for line in lines:
         assert parse_error(shlex.split(line)) is None, line
     assert len(readme.encode()) <= 15_000
+
+
+def written(argv: list[str]) -> list[str]:
+    """The paths a line of the docs writes: its `> FILE`, its --out (a lvbert command's default one too) and
+    init-experiment's DIR; nothing for --print-config or a line that does not parse."""
+    argv, stdout_file = redirected(argv)
+    argv = unwrapped(argv)
+    paths = [stdout_file] if stdout_file else []
+    if argv[:1] == ["lvbert"]:
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                args = build_parser().parse_args(argv[1:])
+        except SystemExit:
+            return paths
+        if not getattr(args, "print_config", False):
+            paths += [v for v in (getattr(args, "out", None), getattr(args, "dir", None)) if v]
+    elif "--out" in argv:
+        paths.append(argv[argv.index("--out") + 1])
+    return paths
+
+
+def test_every_output_is_under_runs():
+    """Issue #41: examples wrote supernet.yaml, T.json, tiny-cpu.json, search-4ms/, my-exp/ into the repository's
+    root; every output of the guide's and the README's commands goes under runs/ (ignored by git)."""
+    lines = [(f"{page.name}:{line}", argv) for page, line, mark, _, _, text in ALL if mark in ("run", "tiny", "parse")
+             for argv in commands(text)]
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    lines += [("README.md", shlex.split(cmd)) for cmd in re.findall(r"`(lvbert [^`]+)`", readme)]
+    checked = 0
+    for where, argv in lines:
+        for path in written(argv):
+            assert path.startswith("runs/"), f"{where}: {shlex.join(argv)} writes {path}, outside runs/"
+            checked += 1
+    assert checked >= 50
+
+
+def test_the_guide_runs_in_order():
+    """Following the pages in nav order after the quickstart, no command refuses its output as another's: a command
+    that refuses a non-empty output (it has --overwrite) never names a directory a command before it wrote, nor one
+    above it (issue #41: hf.md's export wrote runs/quickstart/model, then deploy.md's export refused it)."""
+    quickstart = shlex.split(QUICKSTART[0])
+    by = {Path(p): "the quickstart" for p in ("runs/quickstart", "runs/quickstart/supernet", "runs/quickstart/search")}
+    for page, line, mark, _, _, text in ALL:
+        if mark not in ("run", "tiny", "parse"):
+            continue
+        for argv in commands(text):
+            argv = unwrapped(redirected(argv)[0])
+            if argv[:1] != ["lvbert"] or argv == quickstart:  # the quickstart's own command: the reader ran it
+                continue
+            args = build_parser().parse_args(argv[1:])
+            target = getattr(args, "out", None) or getattr(args, "dir", None)
+            if (target is None or not hasattr(args, "overwrite") or args.overwrite or getattr(args, "resume", False)
+                    or getattr(args, "print_config", False)):
+                continue
+            target = Path(target)
+            clash = [p for p in by if p == target or target in p.parents]
+            assert not clash, (f"{page.name}:{line}: {shlex.join(argv)} writes {target}, which is not empty after "
+                               f"{by[clash[0]]}")
+            stages = ["supernet", "search"] + (["pretrain"] if getattr(args, "objective", None) else [])
+            for path in [target, *(target / s for s in stages if argv[1] == "run")]:
+                by[path] = f"{page.name}:{line} ({shlex.join(argv)})"
+    assert len(by) >= 30
 
 
 @pytest.fixture
@@ -151,8 +249,9 @@ def test_run_blocks_run_as_written(quickstart_copy, capsys):
             assert code == 0, f"{page}:{line}: {shlex.join(argv)} exited {code}: {err.strip()[-500:]}"
             ran += 1
     assert ran >= 3
+    assert sorted(p.name for p in quickstart_copy.iterdir()) == ["runs"]  # every output under runs/
     # what the search page's by-hand block promises: the copied configs name the supernet
-    search_yml = (quickstart_copy / "my-exp" / "search.yml").read_text()
+    search_yml = (quickstart_copy / "runs" / "my-exp" / "search.yml").read_text()
     assert str((quickstart_copy / "runs" / "quickstart" / "supernet").resolve()) in search_yml
     assert "LVBERT_SUPERNET:-" not in search_yml.split("trialCommand:")[1].splitlines()[0]
 
@@ -165,11 +264,13 @@ TINY = {"max_steps": 4, "supernet_max_steps": 4, "pretrain_max_steps": 4, "warmu
         "crossover": 2, "mutation": 2, "val_tokens": 512, "rerank_steps": 4, "max_train_examples": 32,
         "epochs": 1.0, "batch_size": 8}
 GIVEN_ONLY = {"rerank": 2}  # replaced where given, never added (it switches a stage on)
-# what the tiny quickstart is made of: the guide's own first commands (run, pretrain, IOT pages)
+# what the tiny quickstart is made of: the guide's own first commands (run, pretrain, IOT and HF-directory pages)
 QUICKSTART = ["lvbert run --size tiny --out runs/quickstart",
               "lvbert pretrain --arch runs/quickstart/search/best_arch.json --size tiny --out runs/quickstart/pretrain",
               "lvbert iot train --supernet runs/quickstart/supernet --orders-from runs/quickstart/search --m 4 "
-              "--out runs/quickstart/iot"]
+              "--out runs/quickstart/iot",
+              "lvbert export --supernet runs/quickstart/supernet --arch runs/quickstart/search/best_arch.json "
+              "--out runs/quickstart/model"]
 
 
 def _tiny_argv(argv: list[str], config_dir: Path) -> tuple[list[str], str | None, argparse.Namespace]:
@@ -189,6 +290,7 @@ def _tiny_argv(argv: list[str], config_dir: Path) -> tuple[list[str], str | None
         name = flags.get(tok.split("=", 1)[0])
         if name in {**TINY, **GIVEN_ONLY} and "=" not in tok:
             out[i + 1] = str({**TINY, **GIVEN_ONLY}[name])
+    out = budget_from_table(out)
     offered = {o.name for o in options_of(cls)} - set(args.options_skip)
     values = {name: TINY[name] for name in offered if name in TINY}
     if "--supernet" in out:  # the supernet's prepared data, not a corpus of its own
@@ -198,6 +300,23 @@ def _tiny_argv(argv: list[str], config_dir: Path) -> tuple[list[str], str | None
         config.write_text(yaml.safe_dump(values))
         out += ["--config", str(config)]
     return out, stdout_file, build_parser().parse_args(out[1:])
+
+
+def budget_from_table(argv: list[str]) -> list[str]:
+    """`--max-latency-ms` set to the median order of the command's own `--latency-table`, the reader's step that
+    deploy.md asks for: its number is its machine's (a slower CPU cannot meet it), the docs say to take your table's."""
+    from nni_lvbert.config import load_space
+    from nni_lvbert.search.latency import LatencyModel, load_table
+
+    if "--max-latency-ms" not in argv or "--latency-table" not in argv:
+        return argv
+    table = Path(argv[argv.index("--latency-table") + 1])
+    if not table.is_file():
+        return argv
+    out = list(argv)
+    out[out.index("--max-latency-ms") + 1] = str(LatencyModel(load_table(table, "cpu")).spread(load_space("lvbert"))
+                                                 ["median"])
+    return out
 
 
 def build_parser_actions(argv: list[str]):
@@ -260,14 +379,48 @@ def test_tiny_blocks_run_as_written(tiny_quickstart, tmp_path, monkeypatch, caps
     for argv in commands(text):
         assert argv[0] == "lvbert", f"{page}:{line}: a tiny block runs lvbert commands"
         _, _, args = _tiny_argv(argv, tmp_path)
-        # a command with a run directory (it has --resume) that does not resume it: it writes --out itself
-        writes = hasattr(args, "resume") and hasattr(args, "out") and not args.resume
-        out = Path(args.out) if writes and args.out else None
+        # a command that writes --out (it refuses a non-empty one: a run directory it does not resume, an export)
+        writes = (hasattr(args, "overwrite") and not getattr(args, "resume", False)
+                  and not getattr(args, "print_config", False))
+        out = Path(args.out) if writes and getattr(args, "out", None) else None
         if out is not None and out in at_start and out.exists():
             shutil.rmtree(out)  # the block makes this directory itself: start where its reader stands
         run_tiny(argv, capsys, f"{page}:{line}", tmp_path)
+    assert sorted(p.name for p in work.iterdir()) == sorted(p.name for p in tiny_quickstart.iterdir())  # runs/ only
 
 
 def test_every_training_page_has_a_tiny_block():
     pages = {b[0].name for b in TINY_BLOCKS}
-    assert {"run.md", "supernet.md", "search.md", "iot.md", "pretrain.md", "finetune.md", "hf.md"} <= pages
+    assert {"run.md", "supernet.md", "search.md", "iot.md", "pretrain.md", "finetune.md", "hf.md", "deploy.md"} <= pages
+
+
+# --- python blocks: the guide's Python, as written, in a fresh process -------------------------------------------
+# the only change made to a block's text: training steps (a reader's 1,000 Trainer steps on the tiny export are
+# minutes of CPU for nothing the test checks); each replaced text must be in some block, so none goes stale
+PYTHON_SHRUNK = {"max_steps=1000": "max_steps=2"}
+PYTHON_BLOCKS = [b for b in ALL if b[2] == "python"]
+
+
+def test_python_shrinking_is_in_use():
+    assert all(any(old in b[5] for b in PYTHON_BLOCKS) for old in PYTHON_SHRUNK)
+
+
+@pytest.mark.parametrize("page,line,mark,reason,lang,text", PYTHON_BLOCKS,
+                         ids=[f"{b[0].name}:{b[1]}" for b in PYTHON_BLOCKS])
+def test_python_blocks_run_as_written(tiny_quickstart, tmp_path, page, line, mark, reason, lang, text):
+    """In a copy of the tiny quickstart (runs/quickstart/model: the HF page's export), in a fresh process as a reader
+    runs it; it writes nothing outside runs/."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    work = tmp_path / "work"
+    shutil.copytree(tiny_quickstart, work, symlinks=True)
+    for old, new in PYTHON_SHRUNK.items():
+        text = text.replace(old, new)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"),
+           "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([sys.executable, "-c", text], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{page}:{line}: {proc.stderr[-3000:]}"
+    assert sorted(p.name for p in work.iterdir()) == sorted(p.name for p in tiny_quickstart.iterdir())  # runs/ only
