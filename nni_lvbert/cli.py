@@ -12,6 +12,7 @@ import os
 import sys
 
 from . import interrupt
+from .argcheck import check_values, parse_args
 from .errors import UserError
 from .nni_compat import ignore_nni_import_warnings
 from .options import given_dests, launcher_is_rank_zero
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_known_warnings()
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)  # an unknown flag: the command's usage and a did-you-mean
     args.given = given_dests(parser, args, argv)  # what a resumed run checks against its stored options
     if not getattr(args, "func", None):
         parser.print_help()
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
 
             print(config_yaml(args.options_cls, args))
             return 0
+        check_values(args)  # --space/--size/--arch typos: one line before a command's torch/NNI imports
         result = args.func(args)
         if isinstance(result, dict):  # a command's result (cliargs.print_result; empty on DDP ranks > 0)
             if result:

@@ -241,6 +241,15 @@ def apply_config(args, cls=None) -> None:
     args.given, args.config_applied = given, True
 
 
+def close_match(word: str, choices) -> str | None:
+    """The choice `word` most likely misspells (difflib's closest), None when none is close: what an unknown
+    --config key or an unknown flag (`argcheck.parse_args`) suggests."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return close[0] if close else None
+
+
 def read_config(cls, path: str, skip: tuple[str, ...] = ()) -> dict:
     """The options a --config YAML file sets, checked: one `error:` line for an unreadable file, an unknown key or a
     value of the wrong type. Nested groups may be written nested (`evolution: {population: 8}`) or flat."""
@@ -265,10 +274,8 @@ def read_config(cls, path: str, skip: tuple[str, ...] = ()) -> dict:
     out = {}
     for key, value in flat.items():
         if key not in options:
-            import difflib
-
-            close = difflib.get_close_matches(str(key), options, n=1)
-            hint = f"did you mean {close[0]}?" if close else f"options: {', '.join(sorted(options))}"
+            close = close_match(str(key), options)
+            hint = f"did you mean {close}?" if close else f"options: {', '.join(sorted(options))}"
             raise UserError(f"--config {path}: unknown option {key!r} ({hint})")
         out[key] = _checked(options[key], value, path)
     return out

@@ -72,12 +72,18 @@ def size_names() -> list[str]:
     return list(read_yaml(SIZES_FILE))
 
 
-def load_size(name: str, **overrides) -> ModelConfig:
-    """ModelConfig for a named size from sizes.yaml, with keyword overrides (None values ignored)."""
+def size_values(name: str) -> dict:
+    """sizes.yaml's entry for a named size, or one clear line naming the sizes it defines (`lvbert` checks --size
+    with it before a command imports anything heavy)."""
     sizes = read_yaml(SIZES_FILE)
     if name not in sizes:
         raise UserError(f"unknown size {name!r}; choose one of: {', '.join(sizes)}")
-    values = dict(sizes[name])
+    return dict(sizes[name])
+
+
+def load_size(name: str, **overrides) -> ModelConfig:
+    """ModelConfig for a named size from sizes.yaml, with keyword overrides (None values ignored)."""
+    values = size_values(name)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return ModelConfig.from_dict(values)
 

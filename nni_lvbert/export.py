@@ -74,10 +74,12 @@ def choose_arch(run_path, spec, meta: dict, text: str | None):
 def export_subnet(run_path, arch_text: str | None, out, overwrite: bool = False) -> dict:
     """Write the subnet of a supernet/IOT run as a Hugging Face directory; a JSON-ready summary."""
     from .hf.save import check_model_dir, save_hf_model
-    from .search.scorer import space_as_trained
-    from .supernet.rundir import load_supernet
+    from .supernet.rundir import load_supernet, supernet_dir
 
     check_model_dir(Path(out), overwrite)  # before loading anything
+    supernet_dir(run_path)  # a missing or unfinished run: its line before torch/NNI are imported
+    from .search.scorer import space_as_trained
+
     sn = load_supernet(run_path)
     arch = choose_arch(sn.path, sn.spec, sn.meta, arch_text)
     subnet = sn.space.freeze(arch.dict).eval()

@@ -14,6 +14,7 @@ import glob
 import logging
 import os
 import re
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -249,6 +250,8 @@ def manifest_in(workdir: Path):
 # Drop when: reports made inside NasExperiment.run() reach nnictl with the trial's own parameter id
 # (tests/test_supernet_nnictl.py passes with plain nni.report_intermediate_result / report_final_result calls).
 def in_nni_trial() -> bool:
+    if "nni" not in sys.modules and not os.environ.get("NNI_EXP_ID"):  # what NNI reads on import: no trial, and
+        return False  # no NNI import (seconds) before a command's input errors
     import nni
 
     return nni.get_experiment_id() != "STANDALONE"

@@ -211,3 +211,76 @@ def test_help_shows_the_checkpoint_interval_of_each_preset(capsys):
     help_ = " ".join(capsys.readouterr().out.split())
     assert "--ckpt-every CKPT_EVERY write checkpoints/last.ckpt every N steps (and at Ctrl-C: the step in progress " \
            "is kept) (preset: paper 5000, tiny 100)" in help_
+
+
+def test_a_misspelt_flag_is_the_commands_usage_and_one_did_you_mean_line(capsys):
+    """As an unknown --config key: the subcommand's usage (not the top level's) and one `error:` line naming the
+    flag it most likely misspells (issue 41, item 4)."""
+    from nni_lvbert.cli import main
+    from tests.conftest import one_error_line
+
+    for argv, usage, message in [
+        (["supernet", "train", "--max-setps", "100"], "usage: lvbert supernet train ",
+         "error: unrecognized option --max-setps (did you mean --max-steps?)"),
+        (["search", "score", "--supernt=runs/x", "--arch", "bert"], "usage: lvbert search score ",
+         "error: unrecognized option --supernt (did you mean --supernet?)"),
+        (["pretrain", "--sizee", "tiny", "--zzz"], "usage: lvbert pretrain ",
+         "error: unrecognized options --sizee (did you mean --size?), --zzz"),  # "--zzz": nothing close
+        (["info", "ccsf"], "usage: lvbert info ", "error: unrecognized arguments: ccsf"),  # a stray value
+    ]:
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.startswith(usage) and "usage: lvbert [-h]" not in err, err
+        assert one_error_line(err, alone=False) == message
+
+
+def test_input_errors_come_before_torch_nni_and_lightning_are_imported(tmp_path):
+    """--size/--space/--arch typos, a missing supernet and a non-empty run directory: the command's own error line,
+    in a process that never imported torch, NNI or Lightning (seconds on a loaded CPU; issue 41, item 5)."""
+    import subprocess
+    import sys
+
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "file").write_text("x")
+    nope, out = str(tmp_path / "nope"), str(tmp_path / "out")
+    cases = [
+        (["supernet", "train", "--size", "tinny", "--out", out], "unknown size 'tinny'; choose one of: tiny"),
+        (["supernet", "train", "--space", "lvbrt", "--size", "tiny", "--out", out], "unknown search space 'lvbrt'"),
+        (["supernet", "train", "--size", "tiny", "--out", str(busy)], f"{busy} is not empty"),
+        (["pretrain", "--arch", "sa,ff,dc", "--size", "tiny", "--out", out], "unknown layer letter(s) ','"),
+        (["pretrain", "--arch", "bert", "--size", "tiny", "--out", str(busy)], f"{busy} is not empty"),
+        (["iot", "train", "--space", "lvbrt", "--out", out], "unknown search space 'lvbrt'"),
+        (["search", "score", "--supernet", nope], "give the architecture to score with --arch"),
+        (["search", "score", "--supernet", nope, "--arch", "bert"], f"supernet directory not found: {nope}"),
+        (["export", "--supernet", nope, "--arch", "bert", "--out", out], f"supernet directory not found: {nope}"),
+        (["study", "ranking", "--supernet", nope, "--out", out], f"supernet directory not found: {nope}"),
+        (["run", "--size", "tinny", "--out", out], "unknown size 'tinny'"),
+    ]
+    code = ("import io, json, sys\nfrom contextlib import redirect_stderr\nfrom nni_lvbert.cli import main\n"
+            "for argv in json.loads(sys.argv[1]):\n    err = io.StringIO()\n    with redirect_stderr(err):\n"
+            "        rc = main(argv)\n"
+            "    print(json.dumps([rc, err.getvalue(), sorted({'torch', 'nni', 'pytorch_lightning'} & "
+            "set(sys.modules))]))\n")
+    got = subprocess.run([sys.executable, "-c", code, json.dumps([argv for argv, _ in cases])], capture_output=True,
+                         text=True, timeout=300)
+    assert got.returncode == 0, got.stderr
+    for (argv, needle), line in zip(cases, got.stdout.splitlines(), strict=True):
+        rc, err, heavy = json.loads(line)
+        assert rc == 2 and needle in err and err.startswith("error: ") and heavy == [], (argv, rc, err, heavy)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_nnictl_trial_is_still_recognised_without_importing_nni_first():
+    """`in_nni_trial` answers False without importing NNI when $NNI_EXP_ID is unset (what NNI reads on import)."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import sys\nfrom nni_lvbert.nni_compat import in_nni_trial\nprint(in_nni_trial(), 'nni' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "NNI_EXP_ID"}
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    trial = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                           env={**env, "NNI_EXP_ID": "abc123"})
+    assert plain.stdout.split() == ["False", "False"] and trial.stdout.split() == ["True", "True"], (plain, trial)

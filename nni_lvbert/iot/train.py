@@ -183,15 +183,9 @@ def _check_resumed_orders(opts: IOTOptions) -> None:
 
 def train_iot(opts: IOTOptions) -> dict:
     from ..arch import to_compact, to_dict
-    from ..data import MLMDataModule
-    from ..space import LVBertSpace
-    from ..supernet.lightning_module import MLMModule
     from ..supernet.rundir import WEIGHTS
     from . import rundir
-    from .evaluate import evaluate_iot
     from .orders import resolve_orders
-    from .routing import IOTModel
-    from .strategy import IOTStrategy
 
     # validation statistics are reduced exactly over ranks before logging: Lightning's sync_dist hint is moot
     warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('(val_|tau)")
@@ -199,6 +193,14 @@ def train_iot(opts: IOTOptions) -> dict:
         _check_resumed_orders(opts)
     t = Training.begin(opts, "iot", tunable=HPO_KEYS)
     opts = t.opts
+    # torch, NNI and Lightning only now: the run directory's mistakes are one line at once
+    from ..data import MLMDataModule
+    from ..space import LVBertSpace
+    from ..supernet.lightning_module import MLMModule
+    from .evaluate import evaluate_iot
+    from .routing import IOTModel
+    from .strategy import IOTStrategy
+
     space, spec, cfg, smeta = _source(opts)
     if opts.resume:  # the stored options name the same order source; the stored orders are what ran
         orders, source = rundir.read_orders(rundir.RunDir(opts.out, "IOT"), spec)

@@ -108,15 +108,17 @@ def model_shape(opts: PretrainOptions):
 
 def train_pretrain(opts: PretrainOptions) -> dict:
     from ..config import SpaceSpec
-    from .data import PretrainDataModule
-    from .module import COMPILED_POSITIONS, PretrainModule
     from ..arch import parse_arch
-    from .objectives import build_objective, generator_config
 
     if opts.arch is not None:
         opts.arch = parse_arch(opts.arch).compact  # one spelling on disk: --resume compares like with like
     t = Training.begin(opts, KIND)
     opts = t.opts
+    # torch and Lightning only now: the arch's and the run directory's mistakes are one line at once
+    from .data import PretrainDataModule
+    from .module import COMPILED_POSITIONS, PretrainModule
+    from .objectives import build_objective, generator_config
+
     opts.size = opts.size or DEFAULT_SIZE
     check_options(opts)
     arch = parse_arch(opts.arch)

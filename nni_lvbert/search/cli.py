@@ -79,11 +79,16 @@ def run_cmd(args) -> dict:
 
 def score_cmd(args) -> dict:
     from ..errors import UserError
-    from .scorer import score_cli
+    from ..supernet.fewshot import is_fewshot
+    from ..supernet.rundir import supernet_dir
 
     if not args.arch:
         raise UserError("give the architecture to score with --arch (letters such as ccsf..., a name, or a "
                         "best_arch.json)")
+    if not is_fewshot(args.supernet):
+        supernet_dir(args.supernet)  # a missing or unfinished run: its line before torch is imported
+    from .scorer import score_cli
+
     return score_cli(args)
 
 

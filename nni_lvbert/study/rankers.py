@@ -39,8 +39,6 @@ class Ranker:
 
 def parse_rankers(items: list[str], supernet: str) -> list[Ranker]:
     """`spos`, `NAME=RUN`, `short:N`, `zc:PROXY`; one error line for anything else."""
-    from ..search.proxies import check_proxy
-
     out: list[Ranker] = []
     for item in items:
         if item == "spos":
@@ -56,6 +54,8 @@ def parse_rankers(items: list[str], supernet: str) -> list[Ranker]:
                 raise UserError(f"--rankers item {item!r}: short:N needs N >= 1 training steps")
             out.append(Ranker(item, "short", steps))
         elif item.startswith("zc:"):
+            from ..search.proxies import check_proxy  # torch: only for a zero-cost ranker
+
             out.append(Ranker(item, "zc", check_proxy(item.split(":", 1)[1])))
         elif item.startswith("rerank:"):
             parts = item.split(":")[1:]

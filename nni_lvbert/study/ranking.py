@@ -110,7 +110,6 @@ def standalone_specs(orders: list[tuple[Arch, str]], seeds, **common) -> list[tu
 def run_ranking(opts: RankingOptions) -> dict:
     import numpy as np
 
-    from ..search.scorer import SupernetScorer
     from .rankers import parse_rankers
 
     opts = begin(opts, "study")
@@ -123,6 +122,8 @@ def run_ranking(opts: RankingOptions) -> dict:
         raise UserError(f"--rank-by must be acc or loss, got {opts.rank_by!r}")
     rankers = parse_rankers(opts.rankers or ["spos"], opts.supernet)
     budget = opts.budget()
+    from ..search.scorer import SupernetScorer  # torch: once the options are checked
+
     ref = SupernetScorer(opts.supernet, val_tokens=opts.validation_tokens(), device="cpu", prefix_cache=False,
                          masking=opts.val_masking, data_seed=opts.data_seed)
 

@@ -52,10 +52,6 @@ TUNABLE = dict.fromkeys(("lr", "warmup_steps", "max_steps", "batch_size", "dropo
 
 def train_supernet(opts: SupernetOptions) -> dict:
     from ..config import load_size, load_space
-    from ..data import MLMDataModule
-    from ..space import LVBertSpace
-    from .lightning_module import MLMModule
-    from .strategy import SAMPLINGS, SeededRandomOneShot
 
     t = Training.begin(opts, "supernet", tunable=TUNABLE)
     opts = t.opts
@@ -63,6 +59,12 @@ def train_supernet(opts: SupernetOptions) -> dict:
     opts.size = opts.size or spec.size
     cfg = load_size(opts.size, dropout=opts.resolved("dropout"), attention_dropout=opts.resolved("dropout"),
                     sharing=opts.sharing)
+    # torch, NNI and Lightning only now: the run directory's, space's and size's mistakes are one line at once
+    from ..data import MLMDataModule
+    from ..space import LVBertSpace
+    from .lightning_module import MLMModule
+    from .strategy import SAMPLINGS, SeededRandomOneShot
+
     if opts.sampling not in SAMPLINGS:
         raise UserError(f"--sampling must be one of {', '.join(SAMPLINGS)}, got {opts.sampling!r}")
     fixed = parse_fix(opts.fix, spec)
