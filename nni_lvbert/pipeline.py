@@ -26,7 +26,7 @@ from .errors import UserError
 from .options import OutputOptions, launcher_is_rank_zero, opt
 from .rundir import CHECKPOINT, META
 from .search.options import LatencyOptions, RerankOptions, StrategyOptions
-from .training import DataOptions, HardwareOptions
+from .train_options import DataOptions, HardwareOptions
 
 KIND = "pipeline"
 STAGE_ENV = "LVBERT_RUN_STAGE"  # set by rank 0 for the ranks it launches: the stage they join (default supernet)
@@ -89,7 +89,7 @@ def run(opts: PipelineOptions) -> dict:
     _check_pretrain(opts)
     _check_latency(opts)
     if opts.compile:
-        from .training import check_compile_backend
+        from .trainer import check_compile_backend
 
         check_compile_backend(opts.compile)
     out.open(opts)

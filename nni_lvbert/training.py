@@ -11,133 +11,34 @@ its `fit`). A command supplies its configuration, model, data module and extra m
     if not result.trainer.is_global_zero: return {}
     run.save_weights(...); t.finish(result, data, {...extra meta}, final=metric)   # meta.json, nnictl final result
 
-The options (`DataOptions`, `TrainOptions` with size presets) and the lifecycle steps behind it (`begin`,
-`open_run`, `fit`, `common_meta`) live here too; the Lightning Trainer and its callbacks are `trainer.py`'s.
+The lifecycle steps behind it (`begin`, `open_run`, `fit`, `common_meta`) live here too; the options are
+`train_options.py`'s, the Lightning Trainer `trainer.py`'s and its callbacks `callbacks.py`'s, the cost `cost.py`'s.
 """
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, fields
-from typing import ClassVar
+from dataclasses import dataclass, field
 
 from . import interrupt
-from .data.split import DEFAULT_VAL_FRACTION as VAL_FRACTION  # default held-out share of documents
 from .errors import UserError
 # NNI 3.0 workarounds (trial reporting, running a NasExperiment)
 from .nni_compat import TrialReporter, in_nni_trial, run_nas_experiment
-from .options import MAY_CHANGE, OutputOptions, opt, to_dict
+from .options import to_dict
 from .rundir import CHECKPOINT, META, RunDir
-from .trainer import build_trainer, check_compile_backend, compile_callback, validation_history
-
-DATA_SEED = 0  # default seed of the fixed validation masking: every run over one corpus scores the same tokens
-
-
-@dataclass
-class DataOptions:
-    """Where a run's text comes from: a prepared directory, or a corpus (+ tokenizer) prepared and cached."""
-
-    GROUP: ClassVar[str] = "data"
-
-    data: str | None = opt(None, "a prepared data directory (`lvbert data prepare`)", metavar="DIR")
-    corpus: list[str] | None = opt(None, "text/jsonl/parquet files, folder or glob, or a Hugging Face hub dataset "
-                                         "NAME[:CONFIG] (hf:NAME forces the hub; online only) (default: embedded "
-                                         "corpus)")
-    tokenizer: str | None = opt(None, "existing tokenizer directory or vocab.txt (default: train one)")
-    cache_dir: str | None = opt(None, "data cache (default: $LVBERT_CACHE or ~/.cache/nni-lvbert)")
-    max_docs: int | None = opt(None, "use only the first N documents (quick runs)")
-    val_fraction: float = opt(VAL_FRACTION, "held-out share of documents")
-    data_seed: int = opt(DATA_SEED, "seed of the fixed validation masking (keep it to compare runs)")
-
-    def data_options(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(DataOptions)}
-
-
-@dataclass
-class HardwareOptions:
-    """Where a Lightning training runs (supernet, IOT, pre-training, fine-tuning); may change between sessions."""
-
-    GROUP: ClassVar[str] = "hardware (Lightning; may change when resuming)"
-
-    accelerator: str = opt("auto", "cpu | gpu | auto")
-    devices: str = opt("1", "devices per node (DDP when > 1; the global batch is split over them)")
-    num_nodes: int = opt(1, "nodes (torchrun / SLURM)")
-    ddp_strategy: str | None = opt(None, "Lightning strategy (default ddp_find_unused_parameters_true with more than "
-                                         "one device)")
-    precision: str | None = opt(None, "32-true | bf16-mixed (default bf16-mixed on GPU)")
-    num_workers: int = opt(0, "data-loader worker processes")
-    # a torch.compile backend ("inductor", ...); None = eager
-    compile: str | None = opt(None, "torch.compile for training (backend: inductor when not named); opt-in, for "
-                                    "GPUs: pre-training compiles its whole objective (CUDA graphs on a GPU), other "
-                                    "training each layer block", nargs="?", const="inductor", metavar="BACKEND")
-
-    def hardware_options(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(HardwareOptions)}
-
-
-@dataclass
-class TrainOptions(DataOptions, HardwareOptions, OutputOptions):
-    """Options common to the Lightning trainings; None means "the size's preset" (see `resolved`)."""
-
-    GROUP: ClassVar[str] = "optimisation (default: the size's preset)"
-    PRESETS: ClassVar[dict[str, dict]] = {}  # "tiny" and "paper": defaults of the None-able fields below
-
-    size: str | None = opt(None, "tiny | small | medium | base (tiny: a CPU preset)", group="")
-    seed: int = opt(0, "seed of the batches, masks, samples and initialisation", group="")
-    lr: float | None = opt(None, "peak learning rate")
-    warmup_steps: int | None = opt(None, "linear warm-up steps")
-    max_steps: int | None = opt(None, "training steps")
-    batch_size: int | None = opt(None, "global batch size (split over devices)")
-    dropout: float | None = opt(None, "dropout")
-    weight_decay: float = opt(0.0, "AdamW weight decay, not on biases and LayerNorm")
-    val_every: int | None = opt(None, "validate every N steps (and always at the last step)")
-    val_batches: int | None = opt(None, "validation batches per check")
-    ckpt_every: int | None = opt(None, "write checkpoints/last.ckpt every N steps (and at Ctrl-C: the step in "
-                                       "progress is kept)")
-    model_summary: bool = True  # Lightning's table of modules at the start (no flag; a study's many runs skip it)
-    hpo: dict = field(default_factory=dict)  # as an nnictl trial: the tuner's parameters, applied to these options
-    given: list[str] | None = field(default=None, compare=False)  # options typed on the command line
-
-    def preset(self) -> dict:
-        return self.PRESETS["tiny" if self.size == "tiny" else "paper"]
-
-    def stored_presets(self) -> list[str]:
-        """The options a new run writes out from the size's preset when not given (`with_presets`)."""
-        return [k for k in self.preset() if k not in MAY_CHANGE]
-
-    def resolved(self, key: str):
-        value = getattr(self, key)
-        return self.preset()[key] if value is None else value
-
-    def default_size(self) -> str | None:
-        """The size a run without --size gets (a command whose default depends on its inputs overrides this)."""
-        return self.size
-
-    def shown(self) -> TrainOptions:
-        """As `--print-config` shows them: the size and every preset value a new run would store written out."""
-        import dataclasses
-
-        return with_presets(dataclasses.replace(self, size=self.size or self.default_size()))
+from .train_options import SCHEDULE, TrainOptions, check_positive, parse_devices, with_presets
 
 
 def begin(opts: TrainOptions, kind: str) -> TrainOptions:
     """The options a training command runs with (`RunDir.begin`: with --resume, the run directory's, given options
     checked against them; on DDP ranks > 0, rank 0's). Call first, before anything is built from the options."""
     if opts.compile:
+        from .trainer import check_compile_backend
+
         check_compile_backend(opts.compile)
     if not opts.progress:
         no_library_progress_bars()
     return RunDir(opts.out, kind).begin(opts, marker=CHECKPOINT)
-
-
-def with_presets(opts: TrainOptions) -> TrainOptions:
-    """`opts` with each option left to the size's preset written out (hardware and display options excepted), as
-    a new run stores them: its --resume then continues with the values it started with, even under a later
-    version whose presets differ."""
-    import dataclasses
-
-    return dataclasses.replace(opts, **{k: opts.resolved(k) for k in opts.stored_presets()
-                                        if getattr(opts, k, 0) is None})
 
 
 def no_library_progress_bars() -> None:
@@ -200,17 +101,14 @@ def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), hi
     """Train `module` with our Lightning conventions. With `strategy` (an NNI one-shot strategy) the run is
     `NasExperiment(space, Lightning(module, ...), strategy)`; without, a plain `trainer.fit`. Resumes from
     checkpoints/last.ckpt with --resume. With `history`, the one validation-history callback
-    (`trainer.validation_history`: `record`, `reporter`, `report`) fills it; restored from the checkpoint, it holds
+    (`callbacks.ValidationHistory`: `record`, `reporter`, `report`) fills it; restored from the checkpoint, it holds
     every session's records and time, so a run resumed after kill -9 keeps them."""
-    tracker = validation_history(history, record, reporter, report) if history is not None else None
-    callbacks = [*([tracker] if tracker else []), *callbacks]
-    devices, n_dev = parse_devices(opts.devices, opts.resolved("batch_size"))
-    trainer, precision = build_trainer(
-        run.path, max_steps=opts.resolved("max_steps"), devices=devices, n_devices=n_dev, num_nodes=opts.num_nodes,
-        accelerator=opts.accelerator, strategy=opts.ddp_strategy, precision=opts.precision,
-        val_every=opts.resolved("val_every"), val_batches=opts.resolved("val_batches"),
-        ckpt_every=opts.resolved("ckpt_every"), progress=opts.progress, model_summary=opts.model_summary,
-        callbacks=[*callbacks, *([compile_callback(opts.compile)] if opts.compile else [])])
+    from .callbacks import Compile, ValidationHistory
+    from .trainer import build_trainer
+
+    tracker = ValidationHistory(history, record, reporter, report) if history is not None else None
+    callbacks = [*([tracker] if tracker else []), *callbacks, *([Compile(opts.compile)] if opts.compile else [])]
+    trainer, precision = build_trainer(run.path, opts, callbacks)
     ckpt = run / CHECKPOINT
     if opts.resume and run.has(CHECKPOINT):
         from .safeio import check_checkpoint
@@ -258,22 +156,6 @@ def common_meta(run: RunDir, opts: TrainOptions, result: FitResult, data) -> dic
     }
 
 
-def core_minutes(meta: dict) -> float:
-    """A training run's cost from its meta.json (`common_meta`): seconds x CPU threads (x ranks) / 60; on an
-    accelerator, device-minutes x ranks."""
-    scale = meta.get("world_size") or 1
-    if meta.get("device_type", "cpu") == "cpu":
-        scale *= meta.get("cpu_threads") or 1
-    return meta["train_seconds"] * scale / 60
-
-
-def scoring_minutes(seconds: float) -> float:
-    """Core-minutes of `seconds` of this process's work (x its torch threads)."""
-    import torch
-
-    return seconds * torch.get_num_threads() / 60
-
-
 def apply_tuner_parameters(opts, allowed: dict, what: str) -> dict:
     """As an nnictl trial, the tuner's parameters (e.g. {"lr": 0.002}) override the command-line options.
 
@@ -288,24 +170,6 @@ def apply_tuner_parameters(opts, allowed: dict, what: str) -> dict:
     for k, v in params.items():
         setattr(opts, k, allowed[k](v) if allowed[k] else v)
     return dict(params)
-
-
-def parse_devices(devices: str | int, batch_size: int) -> tuple[int | str, int]:
-    """(devices for Lightning, device count); the global batch must split evenly over devices."""
-    parsed = int(devices) if str(devices).isdigit() else devices
-    n = parsed if isinstance(parsed, int) else 1
-    if batch_size % n:
-        raise UserError(f"batch size {batch_size} is not divisible by {n} devices")
-    return parsed, n
-
-
-def check_positive(**values) -> None:
-    for name, v in values.items():
-        if v < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {v}")
-
-
-SCHEDULE = ("max_steps", "batch_size", "val_every", "val_batches", "ckpt_every")  # resolved numbers that must be >= 1
 
 
 @dataclass
@@ -358,7 +222,7 @@ class Training:
 
     def fit(self, module, datamodule, *, record=None, report=None, callbacks=(), space=None,
             strategy=None) -> FitResult:
-        """`fit` with the validation-history callback (`record`/`report`: see trainer.validation_history), and one
+        """`fit` with the validation-history callback (`record`/`report`: see callbacks.ValidationHistory), and one
         validation more at the last step when the run did not end on a validation step (`--max-steps` not a multiple
         of `--val-every`, or shorter): every run's meta.json, curve and nnictl result then describe its final
         weights."""

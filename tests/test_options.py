@@ -32,7 +32,7 @@ def test_a_run_directory_resumes_with_the_options_it_stored(tmp_path):
 
 
 def test_resume_and_overwrite_are_refused_together_in_one_place(tmp_path):
-    from nni_lvbert.training import TrainOptions
+    from nni_lvbert.train_options import TrainOptions
 
     with pytest.raises(UserError, match="--resume and --overwrite exclude each other"):
         RunDir(tmp_path, "supernet").begin(TrainOptions(out=str(tmp_path), resume=True, overwrite=True))

@@ -128,6 +128,7 @@ def test_stand_alone_trainings_print_no_model_summary(tmp_path, monkeypatch):
     from nni_lvbert.pretrain import train
     from nni_lvbert.study.common import Budget
     from nni_lvbert.study.store import Standalone, train_standalone
+    from nni_lvbert.train_options import TrainOptions
     from nni_lvbert.trainer import build_trainer
 
     seen = []
@@ -137,9 +138,9 @@ def test_stand_alone_trainings_print_no_model_summary(tmp_path, monkeypatch):
     train_standalone(spec, tmp_path / "models", progress=False)
     assert seen == [False]  # a table per model would drown a study's log
     for summary in (True, False):
-        trainer, _ = build_trainer(tmp_path / "t", max_steps=1, devices=1, n_devices=1, accelerator="cpu",
-                                   strategy=None, precision=None, val_every=1, val_batches=1, ckpt_every=1,
-                                   callbacks=[], progress=False, model_summary=summary)
+        opts = TrainOptions(max_steps=1, batch_size=1, val_every=1, val_batches=1, ckpt_every=1, accelerator="cpu",
+                            progress=False, model_summary=summary)
+        trainer, _ = build_trainer(tmp_path / "t", opts)
         assert any(isinstance(c, ModelSummary) for c in trainer.callbacks) == summary
 
 

@@ -5,11 +5,12 @@ import pytest
 
 
 def _trainer(tmp_path, progress: bool, model_summary: bool = False):
+    from nni_lvbert.train_options import TrainOptions
     from nni_lvbert.trainer import build_trainer
 
-    trainer, _ = build_trainer(tmp_path / "t", max_steps=2, devices=1, n_devices=1, accelerator="cpu",
-                               strategy=None, precision=None, val_every=1, val_batches=1, ckpt_every=1,
-                               callbacks=[], progress=progress, model_summary=model_summary)
+    opts = TrainOptions(max_steps=2, batch_size=1, val_every=1, val_batches=1, ckpt_every=1, accelerator="cpu",
+                        progress=progress, model_summary=model_summary)
+    trainer, _ = build_trainer(tmp_path / "t", opts)
     return trainer
 
 

@@ -27,7 +27,9 @@ from ..errors import UserError
 from ..options import OutputOptions, launcher_is_rank_zero, opt, to_dict
 from ..atomic import write_json
 from ..rundir import RunDir
-from ..training import HardwareOptions, TrainOptions, check_compile_backend, fit, no_library_progress_bars, parse_devices
+from ..train_options import HardwareOptions, TrainOptions, parse_devices
+from ..trainer import check_compile_backend
+from ..training import fit, no_library_progress_bars
 from . import metrics as M
 from .recipe import DECAY, default_lr
 from .tasks import TaskData, load_task

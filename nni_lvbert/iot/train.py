@@ -15,7 +15,8 @@ from .. import layout
 from ..errors import UserError
 from ..presets import presets
 from ..options import launcher_is_rank_zero, opt
-from ..training import VAL_FRACTION, TrainOptions, Training, prepare_data
+from ..train_options import VAL_FRACTION, TrainOptions
+from ..training import Training, prepare_data
 from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 
 START = "start (one of)"

@@ -24,7 +24,8 @@ from ..errors import UserError
 from ..presets import presets
 from ..rundir import RunDir
 from ..options import opt
-from ..training import TrainOptions, Training
+from ..train_options import TrainOptions
+from ..training import Training
 
 KIND = "pretrain"
 WEIGHTS = "pretrain.safetensors"

@@ -50,7 +50,7 @@ def rerank(records: list[dict], k: int, steps: int, scorer, out: Path, seed: int
     from ..rundir import RunDir
     from ..study.common import ALL_TOKENS
     from ..study.store import Validation, preset_size, standalone_spec, train_all
-    from ..training import core_minutes
+    from ..cost import core_minutes
 
     size = preset_size(scorer)
     budget = budget_for(size, steps)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
-from ..training import core_minutes, scoring_minutes
+from ..cost import core_minutes, scoring_minutes
 
 
 @dataclass(frozen=True)

@@ -238,7 +238,7 @@ def _mixed(arch: Arch) -> bool:
 def _score_truth(out: Path, paths: list[Path], validation, rank_by: str) -> dict:
     """{model dir name: metrics + score + training core-minutes} (ground_truth.json); each model scored once per
     validation set, whichever study or process scores it (`store.Validation`)."""
-    from ..training import core_minutes
+    from ..cost import core_minutes
     from .rankers import rank_score
 
     metrics = validation.metrics_all(paths, "ground truth ")

@@ -230,7 +230,7 @@ class Validation:
             return read_json(path)["metrics"]
         import time
 
-        from ..training import scoring_minutes
+        from ..cost import scoring_minutes
 
         start = time.perf_counter()
         m = standalone_metrics(run_path, self.batches)

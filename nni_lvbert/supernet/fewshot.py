@@ -59,7 +59,7 @@ def train_fewshot(opts: FewShotOptions) -> dict:
     resumed), then write fewshot.json."""
     from ..arch import slot_label
     from ..atomic import write_json
-    from ..training import core_minutes
+    from ..cost import core_minutes
     from .rundir import supernet_dir
     from .train import train_supernet
 

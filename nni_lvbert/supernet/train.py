@@ -14,7 +14,8 @@ from ..errors import UserError
 from ..trainer import state_digest
 from ..presets import presets
 from ..options import opt
-from ..training import TrainOptions, Training
+from ..train_options import TrainOptions
+from ..training import Training
 
 WEIGHTS = "supernet.safetensors"
 
