@@ -326,8 +326,8 @@ def config_yaml(cls, args) -> str:
     import yaml
 
     opts = options_from_args(cls, args)
-    if hasattr(opts, "shown"):  # the values a run would use, not None for "the preset's"
-        opts = opts.shown()
+    if hasattr(opts, "resolve"):  # the values a run would use, not None for "the preset's"
+        opts = opts.resolve()
     out: dict = {}
     for o in options_of(cls):
         if o.name in getattr(args, "options_skip", ()):

@@ -95,8 +95,9 @@ class TrainOptions(DataOptions, HardwareOptions, OutputOptions):
         """The size a run without --size gets (a command whose default depends on its inputs overrides this)."""
         return self.size
 
-    def shown(self) -> TrainOptions:
-        """As `--print-config` shows them: the size and every preset value a new run would store written out."""
+    def resolve(self) -> TrainOptions:
+        """The options a new run goes on with (and `--print-config` shows): the size and every preset value written
+        out, so nothing downstream resolves them again and options.json holds what the run used."""
         return with_presets(dataclasses.replace(self, size=self.size or self.default_size()))
 
 
