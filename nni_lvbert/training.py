@@ -31,14 +31,16 @@ from .train_options import SCHEDULE, TrainOptions, check_positive, parse_devices
 
 def begin(opts: TrainOptions, kind: str) -> TrainOptions:
     """The options a training command runs with (`RunDir.begin`: with --resume, the run directory's, given options
-    checked against them; on DDP ranks > 0, rank 0's). Call first, before anything is built from the options."""
+    checked against them; on DDP ranks > 0, rank 0's), resolved (`TrainOptions.resolve`: the size and every preset
+    value written out, as options.json stores them). Call first, before anything is built from the options."""
     if opts.compile:
         from .trainer import check_compile_backend
 
         check_compile_backend(opts.compile)
     if not opts.progress:
         no_library_progress_bars()
-    return RunDir(opts.out, kind).begin(opts, marker=CHECKPOINT)
+    opts = RunDir(opts.out, kind).begin(opts, marker=CHECKPOINT)
+    return opts if opts.resume else opts.resolve()  # once, here: a resumed run's stored options are resolved
 
 
 def no_library_progress_bars() -> None:

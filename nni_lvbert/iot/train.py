@@ -59,6 +59,18 @@ class IOTOptions(TrainOptions):
     seed: int = opt(0, "seed of the batches, Gumbel noise and initialisation", group="")
     dropout: float | None = opt(None, "dropout, from scratch only")
 
+    def default_size(self) -> str | None:
+        """The supernet's size (its meta.json), from scratch the space's."""
+        from ..config import load_space
+        from ..rundir import RunDir
+
+        try:
+            if self.supernet:
+                return RunDir(self.supernet, "supernet").meta.get("size")
+            return load_space(self.space).size if self.space else None
+        except UserError:  # a missing supernet or space: the run says so
+            return None
+
     def stored_presets(self) -> list[str]:
         # from a supernet the dropout is the supernet's: --dropout stays unset (and refused, see `_source`)
         return [k for k in super().stored_presets() if not (self.supernet and k == "dropout")]
