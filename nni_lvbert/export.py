@@ -93,22 +93,25 @@ def export_subnet(run_path, arch_text: str | None, out, overwrite: bool = False)
 
 
 def run(args) -> dict:
-    if args.model is not None:
-        if args.supernet or args.arch or args.out:
+    from .cliargs import options_from_args
+
+    opts = options_from_args(ExportOptions, args)
+    if opts.model is not None:
+        if opts.supernet or opts.arch or opts.out:
             raise UserError("--model converts an existing model directory: drop --supernet/--arch/--out")
-        if not args.onnx:
+        if not opts.onnx:
             raise UserError("--model DIR needs --onnx (the directory is already a Hugging Face model)")
         from .hf.exporting import write_onnx
 
-        return {"model": args.model, **write_onnx(args.model)}
-    if args.supernet is None or args.out is None:
+        return {"model": opts.model, **write_onnx(opts.model)}
+    if opts.supernet is None or opts.out is None:
         raise UserError("give --supernet RUN and --out DIR (or --model DIR --onnx)")
-    if args.onnx:
+    if opts.onnx:
         from .hf.exporting import check_onnx_packages
 
         check_onnx_packages()  # before writing anything
-    summary = export_subnet(args.supernet, args.arch, args.out, args.overwrite)
-    if args.onnx:
+    summary = export_subnet(opts.supernet, opts.arch, opts.out, opts.overwrite)
+    if opts.onnx:
         from .hf.exporting import write_onnx
 
         summary.update(write_onnx(summary["out"]))

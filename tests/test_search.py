@@ -182,7 +182,7 @@ def test_tuner_adapter_runs_the_same_algorithm_under_concurrency():
 # -------------------------------------------------------------------------------------------- supernet
 def test_scores_are_inherited_weights_without_copying_the_supernet(tiny, scorer, monkeypatch):
     from nni_lvbert.supernet.rundir import load_supernet
-    from nni_lvbert.search.scorer import model_accuracy
+    from nni_lvbert.search.validation import model_accuracy
     from nni_lvbert.search.trial import load_candidate
 
     ptrs = {n: p.data_ptr() for n, p in scorer.space.named_parameters()}
@@ -207,7 +207,7 @@ def test_scores_are_inherited_weights_without_copying_the_supernet(tiny, scorer,
 def test_trial_loads_shared_layer_weights(tiny, tmp_path):
     """sharing='type' (ALBERT): the weight file keeps one copy per layer type; the trial still finds it."""
     from nni_lvbert.search.scorer import SupernetScorer
-    from nni_lvbert.search.scorer import model_accuracy
+    from nni_lvbert.search.validation import model_accuracy
     from nni_lvbert.search.trial import load_candidate
 
     run = build_tiny_supernet(tmp_path / "shared", tiny["data"], steps=0, sharing="type", initializer_range=0.5)
@@ -336,7 +336,9 @@ def test_same_seed_same_result_and_resume_does_not_rescore(tiny, tmp_path, capsy
     monkeypatch.setattr(scorer_mod.SupernetScorer, "score", counting)
     code, _, err = run_cli([*args, "--out", str(tmp_path / "c")], capsys)
     assert code == 130 and not (tmp_path / "c" / "best_arch.json").exists()
-    assert f"continue it with: lvbert search run --out {tmp_path / 'c'} --resume" in err  # all it needs
+    # one line, all it needs: the candidate being scored and the command
+    assert err.strip().splitlines()[-1] == (f"interrupted at candidate 11; continue with: lvbert search run --out "
+                                            f"{tmp_path / 'c'} --resume")
     first = len(computed)
     code, _, _ = run_cli([*args, "--out", str(tmp_path / "c"), "--resume"], capsys)
     assert code == 0

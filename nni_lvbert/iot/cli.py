@@ -49,29 +49,33 @@ def summary(meta: dict) -> dict:
 def run_eval(args) -> dict:
     from pathlib import Path
 
+    from ..cliargs import options_from_args
+
+    opts = options_from_args(IOTEvalOptions, args)
+
     from ..errors import UserError
     from ..rundir import RunDir
     from .evaluate import evaluate_iot
     from .rundir import load_iot
 
-    if args.batch_size < 1:
-        raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
-    if args.val_batches is not None and args.val_batches < 1:
-        raise UserError(f"--val-batches must be at least 1, got {args.val_batches}")
-    model = load_iot(args.out)
+    if opts.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {opts.batch_size}")
+    if opts.val_batches is not None and opts.val_batches < 1:
+        raise UserError(f"--val-batches must be at least 1, got {opts.val_batches}")
+    model = load_iot(opts.out)
     from ..data import MLMDataModule, PreparedData
 
-    path = args.data or (model.meta.get("data") or {}).get("path")
+    path = opts.data or (model.meta.get("data") or {}).get("path")
     if not path or not Path(path).is_dir():
         raise UserError(f"prepared data {path} not found; pass --data PREPARED_DIR")
     data = PreparedData.load(path)
     if data.vocab_size != model.config.vocab_size:
         raise UserError(f"data {data.path} has a {data.vocab_size}-token vocabulary, the model "
                         f"{model.config.vocab_size}")
-    RunDir(args.out, "IOT").check_data_tokenizer(data.path)
-    loader = MLMDataModule(data, batch_size=args.batch_size).val_dataloader()
-    stats = evaluate_iot(model, loader, max_batches=args.val_batches, progress=args.progress)
-    stats = {"run_dir": str(args.out), "data": str(data.path), **stats}
-    if not args.no_save:
-        RunDir(args.out, "IOT").write_json("eval.json", stats)
+    RunDir(opts.out, "IOT").check_data_tokenizer(data.path)
+    loader = MLMDataModule(data, batch_size=opts.batch_size).val_dataloader()
+    stats = evaluate_iot(model, loader, max_batches=opts.val_batches, progress=opts.progress)
+    stats = {"run_dir": str(opts.out), "data": str(data.path), **stats}
+    if not opts.no_save:
+        RunDir(opts.out, "IOT").write_json("eval.json", stats)
     return stats

@@ -78,18 +78,41 @@ def run_cmd(args) -> dict:
 
 
 def score_cmd(args) -> dict:
+    from ..cliargs import options_from_args
     from ..errors import UserError
     from ..supernet.fewshot import is_fewshot
     from ..supernet.rundir import supernet_dir
+    from .options import ScoreOptions
 
-    if not args.arch:
+    opts = options_from_args(ScoreOptions, args)
+    if not opts.arch:
         raise UserError("give the architecture to score with --arch (letters such as ccsf..., a name, or a "
                         "best_arch.json)")
-    if not is_fewshot(args.supernet):
-        supernet_dir(args.supernet)  # a missing or unfinished run: its line before torch is imported
-    from .scorer import score_cli
+    if not is_fewshot(opts.supernet):
+        supernet_dir(opts.supernet)  # a missing or unfinished run: its line before torch is imported
+    return _score(opts)
 
-    return score_cli(args)
+
+def _score(opts) -> dict:
+    """`lvbert search score`: the inherited-weight MLM accuracy and loss of one architecture, with standard errors
+    (or, with --proxy, a zero-cost proxy at the supernet's shape)."""
+    from .cost import CostModel
+    from .proxies import check_proxy, proxy_score
+    from .scorer import open_scorer
+
+    if opts.proxy:
+        check_proxy(opts.proxy)
+    scorer = open_scorer(opts.supernet, val_tokens=opts.val_tokens, batch_size=opts.batch_size, data=opts.data,
+                         prefix_cache=False, device=opts.device, masking=opts.val_masking)
+    arch = scorer.parse(opts.arch)
+    if opts.proxy:
+        scores = {"proxy": opts.proxy, "score": proxy_score(opts.proxy, scorer.cfg, arch, scorer.batches[0],
+                                                            seed=opts.seed), "seed": opts.seed}
+    else:
+        scores = scorer.metrics(arch)
+    return {"arch": arch.compact, **scores, **CostModel(scorer.cfg, scorer.spec).describe(arch),
+            "val_tokens": scorer.val_stats["tokens"], "masking": opts.val_masking,
+            "masked_tokens": scorer.val_stats["masked_tokens"]}
 
 
 def space_json_cmd(args) -> int:
@@ -126,6 +149,8 @@ def export_cmd(args) -> dict:
 
 
 def latency_table_cmd(args) -> dict:
+    from ..cliargs import options_from_args
     from .latency import table_cli
+    from .options import LatencyTableOptions
 
-    return table_cli(args)
+    return table_cli(options_from_args(LatencyTableOptions, args))

@@ -93,7 +93,7 @@ def measure(cfg, size: str, device: str = "cpu", batch: int = 1, seq: int = 128,
     import torch
 
     from ..shape import SHAPE_FIELDS
-    from .scorer import resolve_device
+    from .validation import resolve_device
 
     for name, value in (("batch", batch), ("seq", seq), ("repeats", repeats)):
         if value < 1:
@@ -218,19 +218,19 @@ def checked_model(path, max_ms: float | None, cfg, spec, device_type: str = "cpu
     return model
 
 
-def table_cli(args) -> dict:
+def table_cli(opts) -> dict:  # opts: search.options.LatencyTableOptions
     """`lvbert search latency-table`."""
     import torch
 
     from ..config import load_size, load_space
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    cfg = load_size(args.size)
-    table = measure(cfg, args.size, args.device, args.batch, args.seq, args.repeats, args.warmup)
-    if args.out:
-        write_table(table, args.out)
-    return {"out": args.out, "key": table_key(table["device"], table["torch"]),
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    cfg = load_size(opts.size)
+    table = measure(cfg, opts.size, opts.device, opts.batch, opts.seq, opts.repeats, opts.warmup)
+    if opts.out:
+        write_table(table, opts.out)
+    return {"out": opts.out, "key": table_key(table["device"], table["torch"]),
             **{k: table[k] for k in ("device_name", "threads", "dtype", "size", "batch", "seq", "ms")},
             "orders_ms": LatencyModel(table).spread(load_space(DEFAULT_SPACE))}
 

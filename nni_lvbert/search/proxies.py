@@ -26,7 +26,7 @@ def check_proxy(name: str) -> str:
 
 
 def proxy_score(name: str, cfg, arch, batch, seed: int = 0) -> float:
-    """The proxy `name` of `arch` at shape `cfg` (a ValBatch from `scorer.load_val_batches` for the data-based
+    """The proxy `name` of `arch` at shape `cfg` (a ValBatch from `validation.load_val_batches` for the data-based
     ones), from a model initialised with `seed`."""
     check_proxy(name)
     torch.manual_seed(seed)

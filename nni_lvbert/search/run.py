@@ -107,7 +107,8 @@ def run_search(opts: SearchOptions, log=None) -> dict:
         torch.set_num_threads(opts.threads)
     from .cost import CostModel
     from .latency import LatencySearch, both, write_pareto
-    from .scorer import open_scorer, resolve_device, scored_shape
+    from .scorer import open_scorer, scored_shape
+    from .validation import resolve_device
 
     spec, cfg = scored_shape(supernet)  # the constraints are checked before weights and data are loaded
     _check_space(spec, opts.space, supernet)
