@@ -1,6 +1,6 @@
-"""Each workaround in nni_lvbert/nni_compat.py still does what it claims, and the NNI 3.0 internals it relies on are
+"""Each workaround in nni_lvbert/nni_compat/ still does what it claims, and the NNI 3.0 internals it relies on are
 still there. After an NNI upgrade run this file first: a failure names the workaround to revisit (see its comment
-block in nni_compat.py for what to check and how to drop it)."""
+block in nni_compat/ for what to check and how to drop it)."""
 from __future__ import annotations
 
 import inspect

@@ -103,7 +103,7 @@ def test_two_studies_on_one_store_split_the_models_between_them(tmp_path, monkey
              for arch in ("sfsf", "ffss", "cccc", "sccs")]
     trained = []
 
-    def fake_train(spec, path, store, progress, resume):
+    def fake_train(spec, path, store, progress, resume, overwrite):
         trained.append((threading.current_thread().name, spec.arch))
         time.sleep(0.3)
         path.mkdir()

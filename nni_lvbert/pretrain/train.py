@@ -58,6 +58,10 @@ class PretrainOptions(TrainOptions):
     def default_size(self) -> str | None:
         return DEFAULT_SIZE
 
+    def stored_presets(self) -> list[str]:
+        # the generator's size is ELECTRA's alone: an MLM run leaves it unset (and refuses it, see `check_options`)
+        return [k for k in super().stored_presets() if self.objective == "electra" or k != "generator_fraction"]
+
     def preset(self) -> dict:
         size = self.size or DEFAULT_SIZE
         return self.PRESETS.get(f"{size}-{self.objective}", self.PRESETS.get(size, self.PRESETS["paper"]))
