@@ -12,7 +12,8 @@ from scipy.stats import kendalltau
 
 from nni_lvbert.arch import Arch
 from nni_lvbert.study.orders import STRATA, composition, is_mixed, stratified_orders
-from nni_lvbert.study.stats import noise_ceiling, regret, top_overlap
+from nni_lvbert.study.stats import (ceiling_by_simulation, noise_ceiling, order_effect, paired_bootstrap,
+                                    rank_interval, regret, reliability, top_overlap)
 from tests.conftest import one_error_line, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -140,6 +141,203 @@ def test_noise_ceiling_top_overlap_and_regret():
     assert r == {"regret": pytest.approx(0.4), "pick": 1, "pick_rank": 3}
 
 
+def test_reliability_corrects_the_split_half_tau_by_spearman_brown():
+    rng = np.random.default_rng(1)
+    truth = np.linspace(0, 1, 15)
+    sb = lambda rho, m: m * rho / (1 + (m - 1) * rho)  # noqa: E731
+    free = lambda r_k: 2 / np.pi * np.arcsin(np.sqrt(r_k))  # noqa: E731
+    # two seeds: one split of 1 and 1, so rho1 = r itself
+    y = truth[:, None] + rng.normal(scale=0.3, size=(15, 2))
+    r = np.sin(np.pi * kendalltau(y[:, 0], y[:, 1]).statistic / 2)
+    rel = reliability(y)
+    assert 0 < r < 1 and rel["rho1"] == pytest.approx(r) and rel["reliability_k"] == pytest.approx(2 * r / (1 + r))
+    assert rel["kendall_tau_noise_free"] == pytest.approx(free(2 * r / (1 + r)))
+    # three seeds: halves of 1 and 2, r^2 = rho * 2 rho / (1 + rho), so rho = (r^2 + sqrt(r^4 + 8 r^2)) / 4
+    y = truth[:, None] + rng.normal(scale=0.3, size=(15, 3))
+    rhos = []
+    for s in range(3):
+        r = np.sin(np.pi * kendalltau(y[:, s], np.delete(y, s, 1).mean(1)).statistic / 2)
+        rhos.append((r ** 2 + np.sqrt(r ** 4 + 8 * r ** 2)) / 4)
+    rel = reliability(y)
+    assert [s["rho1"] for s in rel["splits"]] == pytest.approx(rhos, abs=1e-9) and len(rhos) == 3
+    assert rel["rho1"] == pytest.approx(np.mean(rhos)) and rel["reliability_k"] == pytest.approx(sb(np.mean(rhos), 3))
+    assert rel["kendall_tau_noise_free"] == pytest.approx(free(sb(np.mean(rhos), 3)))
+    assert rel["reliability_k"] > rel["rho1"] and rel["kendall_tau_noise_free"] > noise_ceiling(y)["kendall_tau"]
+    # four seeds: halves of 2 and 2, r = SB(2), so rho1 = r / (2 - r); 6 splits
+    y = truth[:, None] + rng.normal(scale=0.5, size=(15, 4))
+    rel = reliability(y)
+    assert len(rel["splits"]) == 6
+    assert rel["rho1"] == pytest.approx(np.mean([s["r"] / (2 - s["r"]) for s in rel["splits"]]))
+    # no agreement between the halves: clamped to 0
+    anti = np.c_[truth, -truth]
+    assert reliability(anti)["rho1"] == 0 and reliability(anti)["kendall_tau_noise_free"] == 0
+    assert reliability(truth[:, None]) is None
+
+
+def test_order_effect_is_the_two_way_anova():
+    from scipy.stats import f, ttest_rel
+
+    rng = np.random.default_rng(2)
+    n, k = 8, 3
+    y = rng.normal(size=(n, 1)) * 0.5 + rng.normal(size=(1, k)) + rng.normal(size=(n, k))
+    # by regression: the order dummies' extra sum of squares over a seed-only model
+    order, seed = np.repeat(np.eye(n), k, 0), np.tile(np.eye(k), (n, 1))
+    rss = lambda x: float(((y.ravel() - x @ np.linalg.lstsq(x, y.ravel(), rcond=None)[0]) ** 2).sum())  # noqa
+    full, reduced = rss(np.c_[order, seed]), rss(seed)
+    stat = ((reduced - full) / (n - 1)) / (full / ((n - 1) * (k - 1)))
+    e = order_effect(y)
+    assert e["df"] == [n - 1, (n - 1) * (k - 1)] and e["F"] == pytest.approx(stat)
+    assert e["p"] == pytest.approx(f.sf(stat, n - 1, (n - 1) * (k - 1)))
+    assert e["residual_sd"] ** 2 == pytest.approx(full / ((n - 1) * (k - 1)))
+    assert e["between_sd"] ** 2 == pytest.approx(max(0, ((reduced - full) / (n - 1) - full / 14) / k))
+    # two orders: the F test is the paired t test squared
+    t = ttest_rel(y[0], y[1])
+    assert order_effect(y[:2])["F"] == pytest.approx(t.statistic ** 2) and order_effect(y[:2])["p"] == \
+        pytest.approx(t.pvalue)
+    strong = np.arange(n)[:, None] + rng.normal(scale=0.1, size=(n, k))
+    assert order_effect(strong)["p"] < 1e-6 and order_effect(strong)["between_sd"] > 0.9
+    flat = rng.normal(size=(n, k))
+    flat -= flat.mean(1, keepdims=True)  # every order's mean alike: no order effect at all
+    assert (order_effect(flat)["F"], order_effect(flat)["p"], order_effect(flat)["between_sd"]) == \
+        (pytest.approx(0, abs=1e-12), pytest.approx(1), 0)
+    assert order_effect(np.ones((3, 2)))["F"] is None and order_effect(y[:, :1]) is None
+
+
+def test_simulated_ceiling_matches_the_normal_theory_tau():
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(3)
+    n, k = 10, 3
+    y = rng.normal(scale=1.0, size=(n, 1)) + rng.normal(scale=1.5, size=(n, k))
+    e = order_effect(y)
+    c = ceiling_by_simulation(y, sims=400, seed=0)
+    assert c["between_sd"] == pytest.approx(e["between_sd"]) and c["residual_sd"] == pytest.approx(e["residual_sd"])
+    # normal true values: tau of a bivariate normal with r = s_o / sqrt(s_o^2 + s_e^2 / k) is (2/pi) arcsin(r)
+    r = e["between_sd"] / np.sqrt(e["between_sd"] ** 2 + e["residual_sd"] ** 2 / k)
+    assert 0.2 < r < 0.95 and c["kendall_tau"] == pytest.approx(2 / np.pi * np.arcsin(r), abs=0.03)
+    assert c["range90"][0] < c["kendall_tau"] < c["range90"][1] and c == ceiling_by_simulation(y, sims=400, seed=0)
+    # the observed shape: fixed true values t (the shrunk means); E tau = mean over pairs of 2 Phi(|dt| / sd) - 1
+    t = (y.mean(1) - y.mean()) * np.sqrt(1 - 1 / e["F"])
+    gaps = np.abs(t[:, None] - t[None, :])[np.triu_indices(n, 1)]
+    expected = np.mean(2 * norm.cdf(gaps / np.sqrt(2 * e["residual_sd"] ** 2 / k)) - 1)
+    assert ceiling_by_simulation(y, 400, 0, "observed")["kendall_tau"] == pytest.approx(expected, abs=0.03)
+    flat = y - y.mean(1, keepdims=True)
+    none = ceiling_by_simulation(flat, sims=10)
+    assert none["kendall_tau"] is None and none["undefined"] == "no between-order variance"
+
+
+def test_paired_bootstrap_compares_two_rankers_on_the_same_orders():
+    rng = np.random.default_rng(4)
+    truth = rng.normal(size=12)
+    a, b = truth + rng.normal(scale=0.5, size=12), truth + rng.normal(scale=1.5, size=12)
+    p = paired_bootstrap(a, b, truth, resamples=200, seed=5)
+    assert p["difference"] == pytest.approx(kendalltau(a, truth).statistic - kendalltau(b, truth).statistic)
+    draws = np.random.default_rng(5)
+    diffs = []
+    for _ in range(200):  # the same orders for both rankers in each resample
+        idx = draws.integers(0, 12, 12)
+        diffs.append(kendalltau(a[idx], truth[idx]).statistic - kendalltau(b[idx], truth[idx]).statistic)
+    assert p["resamples"] == 200 and p["ci95"] == pytest.approx(np.percentile(diffs, [2.5, 97.5]))
+    assert paired_bootstrap(a, a, truth, 50)["ci95"] == [0, 0]  # paired: a ranker against itself never differs
+    assert paired_bootstrap(truth, -truth, truth, 50) == {"difference": pytest.approx(2), "ci95": pytest.approx([2, 2]),
+                                                          "resamples": 50}
+    assert paired_bootstrap(np.ones(12), b, truth) is None
+
+
+def test_rank_interval_over_resampled_seeds():
+    y = np.array([[0.50, 0.10], [0.35, 0.30], [0.20, 0.42], [0.00, 0.05]])
+    # order 0: mean 0.30 below 0.325 and 0.31 -> 3rd; 1st in seed 0, 3rd in seed 1; resampled seeds: both seed 0
+    # (1st, p = 1/4), else 3rd (both seed 1, or one of each: the mean)
+    r = rank_interval(y, 0, resamples=400, seed=0)
+    assert (r["rank"], r["per_seed"], r["interval"], r["level"]) == (3, [1, 3], [1, 3], 0.9)
+    assert rank_interval(y, 0, resamples=400, level=0.4)["interval"] == [3, 3]  # quantiles 0.3 and 0.7: both 3rd
+    assert rank_interval(y, 3, resamples=50)["interval"] == [4, 4]
+    tied = np.array([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    assert rank_interval(tied, 1, resamples=20)["rank"] == 1  # ties share the better rank
+    assert rank_interval(y[:, :1], 2, resamples=20) == {"rank": 3, "per_seed": [3], "interval": [3, 3],
+                                                         "level": 0.9, "resamples": 20}
+
+
+def _synthetic_result():
+    """A ranking result without models: 5 orders with convolution that differ only by seed noise, 5 without that
+    differ clearly; rankers of each kind; the searched order among them."""
+    rng = np.random.default_rng(6)
+    archs = ["ccffss", "cfcfss", "ccsfsf", "fcfcgc", "cgcgcg", "ssffss", "sfsfsf", "ssssff", "gsgsgs", "fsssgs"]
+    level = np.r_[np.full(5, 0.2), np.linspace(0.05, 0.15, 5)]
+    seeds = level[:, None] + rng.normal(scale=0.004, size=(10, 3))
+    gt = seeds.mean(1)
+    scores = {"spos": gt + rng.normal(scale=0.01, size=10), "short:30": seeds[:, 0] + rng.normal(scale=0.002, size=10),
+              "zc:snip": rng.normal(size=10), "rerank:2:30": -np.argsort(np.argsort(-seeds[:, 0])).astype(float)}
+    kinds = {"spos": "supernet", "short:30": "short", "zc:snip": "zc", "rerank:2:30": "rerank"}
+    rows = [{"arch": a, "role": "searched" if i == 2 else "x", "ground_truth": float(gt[i]), "seeds": seeds[i].tolist(),
+             "seed_std": float(seeds[i].std(ddof=1)), "se": 0.001, **{n: float(s[i]) for n, s in scores.items()}}
+            for i, a in enumerate(archs)]
+    table = [{"ranker": n, "kind": kinds[n], "core_minutes": 1.0, "kendall_tau": kendalltau(s, gt).statistic,
+              "kendall_tau_ci95": [0, 1], "spearman_rho": 0.5, "spearman_rho_ci95": [0, 1], "undefined": None,
+              "kendall_tau_mixed": None, "top5_overlap": 0.4, **regret(s, gt), "budget_check": None}
+             for n, s in scores.items()]
+    for t in table:
+        t["pick"] = archs[t["pick"]]
+    return {"study": "ranking", "orders": 10, "seeds": [0, 1, 2], "supernet": "s", "size": "tiny", "rank_by": "acc",
+            "mixed_orders": 3, "budget": {"steps": 1, "batch_size": 1, "lr": 1e-3, "warmup_steps": 0},
+            "noise_ceiling": noise_ceiling(seeds), "noise_ceiling_mixed": None, "seed_std_median": 0.004,
+            "validation": {"masked_tokens": 10, "masking": "full"}, "rankers": table, "rows": rows}, seeds
+
+
+def test_reanalyse_adds_the_resolution_keys_and_the_report_follows_the_order_effect(tmp_path, monkeypatch):
+    import copy
+
+    from nni_lvbert.study import ranking_plots
+    from nni_lvbert.study.reanalyse import main, reanalyse
+
+    monkeypatch.setattr(ranking_plots, "save_figure", lambda fig, path, **kw: path.write_bytes(b"png"))
+    result, seeds = _synthetic_result()
+    before = copy.deepcopy(result)
+    new = reanalyse(result, resamples=40)
+    assert result == before  # the input is left as it was; every old key keeps its value
+    assert all(new[key] == value for key, value in before.items() if key != "rankers")
+    assert all({key: t[key] for key in old} == old for old, t in zip(before["rankers"], new["rankers"]))
+    gt = seeds.mean(1)
+    groups = {g["group"]: g for g in new["groups"]}
+    assert {name: g["orders"] for name, g in groups.items()} == {"all orders": 10, "with convolution": 5,
+                                                                  "without convolution": 5, "mixed": 3}
+    conv = [0, 1, 2, 3, 4]
+    assert groups["with convolution"]["order_effect"] == order_effect(seeds[conv])
+    assert groups["with convolution"]["resolvable"] == (order_effect(seeds[conv])["p"] < 0.05)
+    assert groups["without convolution"]["resolvable"] and groups["all orders"]["resolvable"]
+    assert groups["with convolution"]["kendall_tau"]["spos"] == pytest.approx(
+        kendalltau(np.array([r["spos"] for r in result["rows"]])[conv], gt[conv]).statistic)
+    assert new["reliability"] == reliability(seeds) and new["baseline"] == "spos"
+    assert new["ceiling_simulated"]["normal"] == ceiling_by_simulation(seeds, 40, 0)
+    assert new["searched_rank"] == {"arch": "ccsfsf", **rank_interval(seeds, 2, 40, 0)}
+    for t in new["rankers"]:
+        s = np.array([r[t["ranker"]] for r in result["rows"]])
+        assert t["shares_seed"] == (t["kind"] in ("short", "rerank"))
+        assert t["kendall_tau_other_seeds"] == (pytest.approx(kendalltau(s, seeds[:, 1:].mean(1)).statistic)
+                                                if t["shares_seed"] else None)
+        if t["ranker"] == "spos":
+            assert t["vs_baseline"] is None
+        else:
+            assert t["vs_baseline"]["difference"] == pytest.approx(
+                t["kendall_tau"] - kendalltau(np.array([r["spos"] for r in result["rows"]]), gt).statistic)
+        assert t["pick_rank_interval"]["rank"] == t["pick_rank"]
+    # from a stored ranking.json alone: ranking.json and ranking.md rewritten in --out
+    src = tmp_path / "study.json"
+    src.write_text(json.dumps(result))
+    with pytest.raises(SystemExit):  # not named ranking.json: --out is needed
+        main([str(src)])
+    assert main([str(src), "--out", str(tmp_path / "re"), "--resamples", "40"]) == 0
+    assert json.loads((tmp_path / "re" / "ranking.json").read_text()) == json.loads(json.dumps(new))
+    md = (tmp_path / "re" / "ranking.md").read_text()
+    assert "0.0 is the range over the 3 splits, not an interval"[4:] in md and "corrected ceiling" in md
+    verdicts = {line.split("|")[1].strip(): line.split("|")[7].strip() for line in md.splitlines()
+                if line.startswith("| ") and line.count("|") == 8 and "F(" in line}
+    assert verdicts["without convolution"] == "order effect detectable"
+    assert ("not resolvable at this budget" in verdicts["with convolution"]) == \
+        (not groups["with convolution"]["resolvable"])
+    assert "tau without convolution (5) |" in md and "the searched order `ccsfsf`: rank" in md
+
+
 def test_ranker_spellings_and_errors(trained, tmp_path):
     from nni_lvbert.errors import UserError
     from nni_lvbert.study.rankers import parse_rankers
@@ -216,6 +414,16 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
             other = kendalltau(scores, [r["seeds"][1] for r in res["rows"]]).statistic  # two seeds: the other one
             assert check["kendall_tau_other_seeds"] == (None if np.isnan(other) else pytest.approx(other))
     assert "budget check: `short:10` against the ground truth's seed-0 models" in (out / "ranking.md").read_text()
+    # what the ground truth resolves (reanalyse): seed-0 rankers against seed 1 alone, the order effect per group
+    for t in res["rankers"]:
+        other = kendalltau([r[t["ranker"]] for r in res["rows"]], [r["seeds"][1] for r in res["rows"]]).statistic
+        assert t["shares_seed"] == (t["ranker"] in ("short:10", "rerank:2:10"))
+        assert t["kendall_tau_other_seeds"] == (pytest.approx(other) if t["shares_seed"] and not np.isnan(other)
+                                                else None)
+        assert t["pick_rank_interval"]["rank"] == t["pick_rank"]
+        assert (t["vs_baseline"] is None) == (t["ranker"] == "spos")
+    assert res["groups"][0]["group"] == "all orders" and res["groups"][0]["orders"] == 5
+    assert "## Order effect and ceiling per group" in (out / "ranking.md").read_text()
     short = res["ranker_details"]["short:10"]
     assert short["steps"] == 10 and all(json.loads((out / "models" / r.split("/")[-1] / "options.json").read_text())
                                         ["max_steps"] == 10 for r in short["runs"])

@@ -12,7 +12,11 @@
 4. per ranker: Kendall tau and Spearman rho with bootstrap 95 % intervals, tau among the orders with both
    attention and convolution, top-5 overlap, regret of its pick; ranking.json / .md / .png (tau and regret
    against cost), ranking-scatter.png (ground truth against each ranker) and ranking-truth.png (each order's
-   seeds and their mean).
+   seeds and their mean);
+5. what the ground truth can resolve (`reanalyse.py`, also from a stored ranking.json without the models): the
+   corrected ceiling (reliability of the k-seed mean, model-based simulation), the order effect per group
+   (two-way ANOVA), each ranker against spos (paired bootstrap), each pick's rank with its seed-bootstrap
+   interval, and the rankers that train with the first seed scored against the other seeds alone.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from ..rundir import RunDir
 from ..safeio import read_json
 from .common import StudyOptions, begin, log, shown_path, shown_stats, start
 from .ranking_plots import plot_cost, plot_scatter, plot_truth
+from .reanalyse import ceiling_lines, group_tables, other_seeds_cell, pick_cell, reanalyse, searched_line, vs_cell
 from .stats import kendall, markdown_table, noise_ceiling, rank_correlations, regret, top_overlap
 from .store import Standalone, Validation, preset_size, standalone_spec, train_all
 
@@ -195,9 +200,13 @@ def run_ranking(opts: RankingOptions) -> dict:
               "rankers": table, "rows": rows,
               "ranker_details": {name: {key: v for key, v in res.items() if key not in ("scores", "metrics")}
                                  for name, res in results.items()}}
+    result = reanalyse(result)
     _report(result, out)
     write_json(out / RESULT, result)
     return {key: result[key] for key in ("orders", "noise_ceiling", "seed_std_median")} | {
+        "ceiling_noise_free": (result["reliability"] or {}).get("kendall_tau_noise_free"),
+        "order_effect": {g["group"]: {key: (g["order_effect"] or {}).get(key) for key in ("F", "df", "p")}
+                         for g in result["groups"]},
         "rankers": {t["ranker"]: {"kendall_tau": t["kendall_tau"], "regret": t["regret"],
                                   "core_minutes": round(t["core_minutes"], 2)} for t in table},
         "result": str(out / RESULT)}
@@ -293,6 +302,12 @@ def _budget_line(ranker: str, check: dict, steps: int) -> str:
             f"{_num(check['kendall_tau_other_seeds'])}")
 
 
+def _pick_header(result: dict) -> str:
+    picks = [t["pick_rank_interval"] for t in result["rankers"] if t.get("pick_rank_interval")]
+    return (f"pick (its rank; per seed; {round(100 * picks[0]['level'])} % interval over resampled seeds)" if picks
+            else "pick (its rank)")
+
+
 def _tau_cell(t: dict) -> str:
     if t["kendall_tau"] is None:
         return f"n/a ({t.get('undefined') or 'all scores equal'})"
@@ -303,29 +318,40 @@ def _report(result: dict, out: Path) -> None:
     b, ceiling = result["budget"], result["noise_ceiling"]
     def ceiling_text(ceiling):
         return (f"{ceiling['kendall_tau']:.3f} (halves of {ceiling['halves'][0]} and {ceiling['halves'][1]} seeds; "
-                f"{ceiling['splits']} splits, {ceiling['min']:.3f} to {ceiling['max']:.3f})"
-                if ceiling else "n/a (one seed)")
+                f"{ceiling['min']:.3f} to {ceiling['max']:.3f} is the range over the {ceiling['splits']} splits, "
+                "not an interval)" if ceiling else "n/a (one seed)")
 
-    seeds = len(result["seeds"])
+    seeds, base = len(result["seeds"]), result.get("baseline")
+    groups = {g["group"]: g for g in result.get("groups") or []}
+    others = ", ".join(map(str, result["seeds"][1:])) or "n/a"
+    mixed_note = ": not resolvable at this budget" if (groups.get("mixed") or {}).get("resolvable") is False else ""
     md = [f"# Rankers against stand-alone training ({result['orders']} orders, {seeds} seed{'s' * (seeds > 1)})\n",
           f"Reference supernet `{result['supernet']}` (size {result['size']}). Ground truth: MLM from scratch, "
           f"{b['steps']} steps, batch {b['batch_size']}, lr {b['lr']:g}, warm-up {b['warmup_steps']}, seeds "
           f"{', '.join(map(str, result['seeds']))}; scored by {result['rank_by']} on "
           f"{result['validation']['masked_tokens']} masked validation tokens "
           f"({result['validation'].get('masking', 'fixed')} masking).\n",
-          f"- noise ceiling (Kendall tau between seed halves): **{ceiling_text(ceiling)}**; among the mixed orders "
-          f"(beside tau (mixed)): {ceiling_text(result.get('noise_ceiling_mixed'))}",
+          f"- noise ceiling (Kendall tau between seed halves; a lower bound, each half being noisier than the "
+          f"{seeds}-seed mean): **{ceiling_text(ceiling)}**; among the mixed orders: "
+          f"{ceiling_text(result.get('noise_ceiling_mixed'))}",
+          *ceiling_lines(result),
           f"- median seed spread (std over seeds) of an order's score: {_num(result['seed_std_median'], 4)}",
           f"- orders with both attention and convolution: {result['mixed_orders']}",
+          *searched_line(result),
           *[_budget_line(t["ranker"], t["budget_check"], b["steps"])
             for t in result["rankers"] if t.get("budget_check")],
           "",
-          markdown_table(["ranker", "core-min", "Kendall tau [95 %]", "Spearman rho", "tau (mixed)", "top-5",
-                          "regret", "pick (its rank)"],
-                         [[t["ranker"], f"{t['core_minutes']:.1f}",
-                           _tau_cell(t), _num(t["spearman_rho"]),
-                           _num(t["kendall_tau_mixed"]), f"{t['top5_overlap']:.1f}", _num(t["regret"], 4),
-                           f"`{t['pick']}` ({t['pick_rank']})"] for t in result["rankers"]]),
+          markdown_table(["ranker", "core-min", "Kendall tau [95 %]", f"tau - {base} [95 %, paired]",
+                          "Spearman rho", f"tau (mixed{mixed_note})", f"tau against seeds {others} only", "top-5",
+                          "regret", _pick_header(result)],
+                         [[t["ranker"], f"{t['core_minutes']:.1f}", _tau_cell(t), vs_cell(t),
+                           _num(t["spearman_rho"]), _num(t["kendall_tau_mixed"]), other_seeds_cell(t),
+                           f"{t['top5_overlap']:.1f}", _num(t["regret"], 4), pick_cell(t)]
+                          for t in result["rankers"]]),
+          f"Paired: both taus on the same resampled orders. Tau against seeds {others} only: the rankers that train "
+          f"with the ground truth's first seed {result['seeds'][0]} (short, rerank), against the other seeds' mean.\n"
+          if result.get("groups") is not None else "",
+          *group_tables(result),
           markdown_table(["order", "role", "ground truth", "seed std", *[t["ranker"] for t in result["rankers"]]],
                          [[f"`{r['arch']}`", r["role"], r["ground_truth"], _num(r["seed_std"], 4),
                            *[r[t["ranker"]] for t in result["rankers"]]]

@@ -23,9 +23,13 @@ def plot_cost(result: dict, path: Path) -> None:
             taus.append((t["ranker"], cost, t["kendall_tau"]))
         right.plot([cost], [t["regret"]], "o")
         regrets.append((t["ranker"], cost, t["regret"]))
-    ceiling = result["noise_ceiling"]
+    ceiling, corrected = result["noise_ceiling"], result.get("reliability")
     if ceiling:
-        left.axhline(ceiling["kendall_tau"], ls="--", color="0.4", lw=1, label="noise ceiling")
+        left.axhline(ceiling["kendall_tau"], ls="--", color="0.4", lw=1, label="noise ceiling (split-half)")
+    if corrected:
+        left.axhline(corrected["kendall_tau_noise_free"], ls=":", color="0.2", lw=1,
+                     label=f"noise-free ranker against the {len(result['seeds'])}-seed mean")
+    if ceiling or corrected:
         left.legend(fontsize=8)
     if result["seed_std_median"] is not None:
         right.axhline(result["seed_std_median"], ls="--", color="0.4", lw=1, label="median seed spread")

@@ -1,0 +1,219 @@
+"""What the ranking study's ground truth can resolve, recomputed from ranking.json alone (no models): the corrected
+noise ceiling, the order effect per group, paired ranker comparisons, rank intervals of the picks, and the rankers
+that share the ground truth's first seed scored against the other seeds.
+
+`reanalyse(result)` adds these keys to a ranking result (`run_ranking` calls it; the existing keys stay as they
+are); `report_lines` and the `*_cell` helpers are its Markdown for `ranking._report`. From the command line:
+
+    python -m nni_lvbert.study.reanalyse runs/study/ranking/ranking.json [--out DIR]
+
+rewrites ranking.json, ranking.md and the plots in DIR (default: beside a file named ranking.json).
+"""
+from __future__ import annotations
+
+from .stats import (ceiling_by_simulation, kendall, markdown_table, noise_ceiling, order_effect, paired_bootstrap,
+                    rank_interval, reliability)
+
+BASELINE = "spos"  # the default ranker: every other ranker is compared with it (else with the table's first)
+SHARES_SEED = ("short", "rerank")  # kinds that train with the study's first seed, one of the ground truth's
+ALPHA = 0.05  # an order effect with p below this is detectable
+# the groups the order effect is tested in: name, and whether an order (its composition) belongs to it
+GROUPS = (("all orders", lambda c: True), ("with convolution", lambda c: c["dc"] > 0),
+          ("without convolution", lambda c: c["dc"] == 0), ("mixed", lambda c: c["dc"] > 0 and c["sa"] > 0))
+
+
+def reanalyse(result: dict, resamples: int = 2000) -> dict:
+    """The result with the new keys (every bootstrap and simulation seeded by the study's first seed):
+    reliability, ceiling_simulated (all orders), groups (order effect, ceilings and each ranker's tau per group),
+    searched_rank; per ranker in `rankers`: shares_seed, kendall_tau_other_seeds, vs_baseline (paired bootstrap of
+    the tau difference), pick_rank_interval."""
+    import copy
+
+    import numpy as np
+
+    from ..arch import Arch
+    from .orders import composition
+
+    result = copy.deepcopy(result)  # the caller's result stays as it was
+    rows = result["rows"]
+    per_seed = np.array([r["seeds"] for r in rows], float)
+    truth = per_seed.mean(1)
+    k, seed = per_seed.shape[1], result["seeds"][0]
+    names = [t["ranker"] for t in result["rankers"]]
+    scores = {name: np.array([r[name] for r in rows], float) for name in names}
+    comp = [composition(Arch.parse(r["arch"])) for r in rows]
+
+    groups = []
+    for name, member in GROUPS:
+        idx = [i for i, c in enumerate(comp) if member(c)]
+        if len(idx) < 3:
+            continue
+        y = per_seed[idx]
+        effect = order_effect(y)
+        groups.append({"group": name, "orders": len(idx), "order_effect": effect,
+                       "resolvable": None if effect is None or effect["p"] is None else effect["p"] < ALPHA,
+                       "noise_ceiling": noise_ceiling(y), "reliability": reliability(y),
+                       "ceiling_simulated": _simulated(y, resamples, seed),
+                       "kendall_tau": {n: kendall(scores[n][idx], truth[idx]) for n in names}})
+    baseline = BASELINE if BASELINE in names else names[0] if names else None
+    for t in result["rankers"]:
+        name, s = t["ranker"], scores[t["ranker"]]
+        t["shares_seed"] = t.get("kind", name.split(":")[0]) in SHARES_SEED
+        t["kendall_tau_other_seeds"] = kendall(s, per_seed[:, 1:].mean(1)) if t["shares_seed"] and k > 1 else None
+        t["vs_baseline"] = None if name == baseline else {
+            "baseline": baseline, **(paired_bootstrap(s, scores[baseline], truth, resamples, seed) or {})}
+        pick = next(i for i, r in enumerate(rows) if r["arch"] == t["pick"])
+        t["pick_rank_interval"] = rank_interval(per_seed, pick, resamples, seed)
+    searched = [i for i, r in enumerate(rows) if r["role"] == "searched"]
+    return {**result, "reliability": reliability(per_seed),
+            "ceiling_simulated": _simulated(per_seed, resamples, seed), "groups": groups, "baseline": baseline,
+            "searched_rank": ({"arch": rows[searched[0]]["arch"], **rank_interval(per_seed, searched[0], resamples,
+                                                                                    seed)} if searched else None)}
+
+
+def _simulated(per_seed, sims: int, seed: int) -> dict:
+    return {shape: ceiling_by_simulation(per_seed, sims, seed, shape) for shape in ("normal", "observed")}
+
+
+# --- Markdown ------------------------------------------------------------------------------------------------------
+def _num(v, digits: int = 3) -> str:
+    return "n/a" if v is None else f"{v:.{digits}f}"
+
+
+def _range(r) -> str:
+    return f"[{r[0]:.2f}, {r[1]:.2f}]" if r else "n/a"
+
+
+def ceiling_lines(result: dict) -> list[str]:
+    """The corrected ceiling: the reliability of the k-seed mean and the model-based simulations (all orders)."""
+    rel, sim, k = result.get("reliability"), result.get("ceiling_simulated"), len(result["seeds"])
+    if not rel:
+        return []
+    lines = [f"- corrected ceiling: the {k}-seed mean's reliability is **{rel['reliability_k']:.2f}** (single seed "
+             f"{rel['rho1']:.2f}; each split's tau -> r = sin(pi tau / 2), Spearman-Brown for its unequal halves, "
+             f"averaged over the splits), so a noise-free ranker would reach **Kendall tau "
+             f"{rel['kendall_tau_noise_free']:.2f}** against the {k}-seed mean (normal theory)"]
+    if sim:
+        lines.append("- model-based ceiling (simulated from the two-way ANOVA's order and residual variances, "
+                     f"{sim['normal']['sims']} draws; mean [5-95 %]): {_sim_cell(sim['normal'])} with normal true "
+                     f"values, {_sim_cell(sim['observed'])} with the observed means' shape (shrunk to the fitted "
+                     "variance)")
+    return lines
+
+
+def _sim_cell(s: dict | None) -> str:
+    if not s:
+        return "n/a"
+    return f"{s['kendall_tau']:.2f} {_range(s['range90'])}" if s["kendall_tau"] is not None else \
+        f"n/a ({s.get('undefined')})"
+
+
+def _effect_cell(e: dict | None) -> tuple[str, str]:
+    if not e or e["F"] is None:
+        return "n/a", "n/a"
+    return f"F({e['df'][0]}, {e['df'][1]}) = {e['F']:.2f}", f"{e['p']:.2g}"
+
+
+def group_tables(result: dict) -> list[str]:
+    """The order effect and the ceilings per group, then each ranker's tau inside each group ("not resolvable at
+    this budget" where the group shows no order effect)."""
+    groups, k = result.get("groups"), len(result["seeds"])
+    if not groups:
+        return []
+    out = ["## Order effect and ceiling per group\n",
+           f"Two-way ANOVA of the ground truth (order + seed, one model per cell): is an order effect detectable "
+           f"against the seed-to-seed noise (p < {ALPHA})? Where it is not, the orders of the group are not "
+           f"resolvable at this budget, and no tau inside it says whether a ranker orders them.\n",
+           markdown_table(["group", "orders", "order effect", "p", "between-order sd", "residual sd", "verdict"],
+                          [[g["group"], g["orders"], *_effect_cell(g["order_effect"]),
+                            _num((g["order_effect"] or {}).get("between_sd"), 4),
+                            _num((g["order_effect"] or {}).get("residual_sd"), 4), _verdict(g)] for g in groups]),
+           markdown_table(["group", "split-half tau (range over the splits)", "single-seed reliability",
+                           f"{k}-seed reliability", "noise-free tau (reliability)", "simulated, normal [5-95 %]",
+                           "simulated, observed shape [5-95 %]"],
+                          [[g["group"], _split_cell(g["noise_ceiling"]), _num((g["reliability"] or {}).get("rho1"), 2),
+                            _num((g["reliability"] or {}).get("reliability_k"), 2),
+                            _num((g["reliability"] or {}).get("kendall_tau_noise_free"), 2),
+                            _sim_cell((g["ceiling_simulated"] or {}).get("normal")),
+                            _sim_cell((g["ceiling_simulated"] or {}).get("observed"))] for g in groups])]
+    inner = [g for g in groups if g["group"] != "all orders"]
+    note = {True: "", False: ": not resolvable at this budget", None: ": untested"}
+    header = [f"tau {g['group']} ({g['orders']}){note[g['resolvable']]}" for g in inner]
+    out.append(markdown_table(["ranker", *header], [[name, *[_num(g["kendall_tau"][name]) for g in inner]]
+                                                    for name in (t["ranker"] for t in result["rankers"])]))
+    return out
+
+
+def _verdict(g: dict) -> str:
+    if g["resolvable"] is None:
+        return "n/a"
+    return "order effect detectable" if g["resolvable"] else "no order effect detectable: not resolvable at this budget"
+
+
+def _split_cell(c: dict | None) -> str:
+    return f"{c['kendall_tau']:.3f} ({c['min']:.2f} to {c['max']:.2f})" if c else "n/a"
+
+
+def searched_line(result: dict) -> list[str]:
+    s = result.get("searched_rank")
+    if not s:
+        return []
+    return [f"- the searched order `{s['arch']}`: rank {s['rank']} of {result['orders']} in the "
+            f"{len(result['seeds'])}-seed mean, per seed {'/'.join(map(str, s['per_seed']))}, "
+            f"{round(100 * s['level'])} % interval over resampled seeds {s['interval'][0]} to {s['interval'][1]}"]
+
+
+def vs_cell(t: dict) -> str:
+    v = t.get("vs_baseline")
+    if v is None or "difference" not in v:
+        return "—" if v is None else "n/a"
+    return f"{v['difference']:+.2f} {_range(v['ci95'])}"
+
+
+def other_seeds_cell(t: dict) -> str:
+    return _num(t["kendall_tau_other_seeds"]) if t.get("shares_seed") else "—"
+
+
+def pick_cell(t: dict) -> str:
+    r = t.get("pick_rank_interval")
+    if not r:
+        return f"`{t['pick']}` ({t['pick_rank']})"
+    return (f"`{t['pick']}` ({t['pick_rank']}; {'/'.join(map(str, r['per_seed']))}; "
+            f"{r['interval'][0]}-{r['interval'][1]})")
+
+
+def main(argv=None) -> int:
+    import argparse
+    from pathlib import Path
+
+    from ..atomic import write_json
+    from ..errors import UserError
+    from ..safeio import read_json
+    from .ranking import RESULT, _report
+
+    p = argparse.ArgumentParser(prog="python -m nni_lvbert.study.reanalyse", description=__doc__.split("\n\n")[0])
+    p.add_argument("result", help="a ranking study's ranking.json")
+    p.add_argument("--out", help="where ranking.json, ranking.md and the plots go (default: beside RESULT when it "
+                                 "is named ranking.json)")
+    p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples and simulations (default 2000)")
+    args = p.parse_args(argv)
+    src = Path(args.result)
+    if args.out is None and src.name != RESULT:
+        p.error(f"{src} is not named {RESULT}: give --out DIR (the report would overwrite {src.parent}/{RESULT})")
+    out = Path(args.out) if args.out else src.parent
+    try:
+        result = read_json(src, "ranking result")
+        if result.get("study") != "ranking":
+            raise UserError(f"{src} is not a ranking study's result")
+        result = reanalyse(result, args.resamples)
+    except UserError as e:
+        p.error(str(e))
+    out.mkdir(parents=True, exist_ok=True)
+    _report(result, out)
+    write_json(out / RESULT, result)
+    print(out / RESULT)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
