@@ -120,6 +120,12 @@ def test_installed_cli_info_and_init_experiment(installed):
     assert info["arch"] == "sf" * 12 and info["space"] == "lvbert" and info["config"]["hidden_size"] == 64
     bad = run("info", "--arch", "bert", "--space", "nope")
     assert bad.returncode == 2 and "choose one of dc-ff, dc-sa-ff, dc-sa, lvbert, sa-ff" in bad.stderr
+    from importlib.metadata import version
+
+    assert _ok(run("--version")).strip() == f"lvbert {version('nni-lvbert')}"
+    typo = run("supernet", "train", "--max-setps", "100")
+    assert typo.returncode == 2 and typo.stderr.startswith("usage: lvbert supernet train")
+    assert typo.stderr.strip().splitlines()[-1] == "error: unrecognized option --max-setps (did you mean --max-steps?)"
 
     exp = installed["root"] / "my-exp"
     _ok(run("init-experiment", "my-exp"))
