@@ -9,7 +9,8 @@
 # Stages (each skipped when done): the quickstart (spos supernet + search) -> a FairNAS supernet at SPOS's compute
 # (375 steps x 4 paths) -> a few-shot split of the spos supernet (4 x 375 steps) -> a spos supernet at the few-shot
 # total compute (3,000 steps) -> `lvbert study ranking` with every ranker (ground truth, short:300, zero-cost,
-# two-stage rerank:K:300, and short:4000: the budget check, whether 1,500 steps rank the orders as 4,000 do).
+# two-stage rerank:K:300, and short:4000: the budget check, whether 1,500 steps rank the orders as 4,000 do) ->
+# the same rankers on the graded order set (12 orders that differ in one count at a time; same model store).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS="${THREADS:-1}"
@@ -47,3 +48,6 @@ run "$R/supernet-long" meta.json supernet train --size tiny "${SUPER[@]}" "${LON
 run "$S/ranking" ranking.json study ranking --supernet "$R/supernet" --searched "$R/search" --models "$S/models" \
   --rankers spos fair="$R/supernet-fair" few-shot="$R/supernet-fewshot" spos-long="$R/supernet-long" "$SHORT" \
   zc:synflow zc:grad-norm zc:snip "${RERANK[@]}" "$BUDGET" "${STUDY_ARGS[@]}"
+run "$S/graded" ranking.json study ranking --order-set graded --no-baselines --supernet "$R/supernet" \
+  --models "$S/models" --rankers spos fair="$R/supernet-fair" few-shot="$R/supernet-fewshot" "$SHORT" \
+  zc:synflow zc:grad-norm zc:snip "${RERANK[@]}" "${STUDY_ARGS[@]}"
