@@ -163,12 +163,13 @@ def build_slot_layers(types, cfg: ModelConfig) -> list[nn.Module]:
     return [make(t) for t in types]
 
 
-class FixedMLM(MaskedLMMixin, nn.Module):
-    """The project's MLM model of one fixed architecture (what pre-training trains; its Hugging Face counterpart,
-    saved and loaded with save_pretrained/from_pretrained, is `hf.LVBertForMaskedLM`): `arch` is anything
-    `Arch.parse` accepts (Arch, list, dict, compact string, name, file); `self.arch` is the Arch."""
+class Encoder(MaskedLMMixin, nn.Module):
+    """Embeddings + one layer per slot of one fixed architecture, no head: the body of every fixed model
+    (`FixedMLM` adds the MLM head; ELECTRA's discriminator is one, with `DiscriminatorHead` beside it). `arch` is
+    anything `Arch.parse` accepts (checked against `space` when given); `self.arch` is the Arch. With init=False the
+    caller initialises (after adding its head: the same random draws as one model built whole)."""
 
-    def __init__(self, cfg: ModelConfig, arch, space: SpaceSpec | None = None):
+    def __init__(self, cfg: ModelConfig, arch, space: SpaceSpec | None = None, init: bool = True):
         super().__init__()
         from .arch import Arch
 
@@ -176,6 +177,30 @@ class FixedMLM(MaskedLMMixin, nn.Module):
         self.arch = Arch.parse(arch, space)
         self.embeddings = Embeddings(cfg)
         self.layers = nn.ModuleList(build_slot_layers(self.arch, cfg))
+        if init:
+            init_weights(self, cfg.initializer_range)
+
+
+class FixedMLM(Encoder):
+    """The project's MLM model of one fixed architecture (what pre-training trains; its Hugging Face counterpart,
+    saved and loaded with save_pretrained/from_pretrained, is `hf.LVBertForMaskedLM`): an `Encoder` and the MLM
+    head."""
+
+    def __init__(self, cfg: ModelConfig, arch, space: SpaceSpec | None = None):
+        super().__init__(cfg, arch, space, init=False)
         self.head = MLMHead(cfg, self.embeddings.word)
         init_weights(self, cfg.initializer_range)
+
+
+class DiscriminatorHead(nn.Module):
+    """ELECTRA's discriminator predictions: dense H->H, GELU, dense H->1, one replaced-token logit per token (the
+    ELECTRA objective's and `hf.LVBertForPreTraining`'s; names as transformers' ELECTRA)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.dense_prediction = nn.Linear(cfg.hidden_size, 1)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.dense_prediction(F.gelu(self.dense(hidden))).squeeze(-1)
 

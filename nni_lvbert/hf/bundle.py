@@ -72,7 +72,7 @@ def bundle_sources() -> dict[str, str]:
 
     parts = [(m.__name__, inspect.getsource(m)) for m in (rows, dropout, attention, dynamic_conv, feedforward, layers)]
     parts += [(f"{modeling.__name__}.{c.__name__}", inspect.getsource(c))
-              for c in (modeling.Embeddings, modeling.MLMHead)]
+              for c in (modeling.Embeddings, modeling.MLMHead, modeling.DiscriminatorHead)]
     parts += [(modeling_lvbert.__name__, inspect.getsource(modeling_lvbert))]
     header = HEADER.format(version=__version__, sources=", ".join(name for name, _ in parts))
     text = header + "from __future__ import annotations\n" + "".join(_part(n, s) for n, s in parts)

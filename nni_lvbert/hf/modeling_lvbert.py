@@ -33,7 +33,7 @@ from transformers.utils import ModelOutput
 
 from ..layers import TokenRows, layer_maker
 from ..layers.rows import tracing
-from ..modeling import Embeddings, MLMHead
+from ..modeling import DiscriminatorHead, Embeddings, MLMHead
 from .configuration_lvbert import LVBertConfig
 
 
@@ -193,18 +193,6 @@ class LVBertForPreTrainingOutput(ModelOutput):
     hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
-class LVBertDiscriminatorHead(nn.Module):
-    """ELECTRA's discriminator predictions: dense H->H, GELU, dense H->1."""
-
-    def __init__(self, config: LVBertConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dense_prediction = nn.Linear(config.hidden_size, 1)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.dense_prediction(F.gelu(self.dense(hidden))).squeeze(-1)
-
-
 class LVBertForPreTraining(LVBertPreTrainedModel):
     """ELECTRA discriminator (replaced-token detection). labels: 1 = replaced, 0 = original; the loss is the binary
     cross-entropy averaged over real (attention_mask == 1) tokens, as transformers' ElectraForPreTraining."""
@@ -212,7 +200,7 @@ class LVBertForPreTraining(LVBertPreTrainedModel):
     def __init__(self, config: LVBertConfig):
         super().__init__(config)
         self.lvbert = LVBertModel(config)
-        self.discriminator_predictions = LVBertDiscriminatorHead(config)
+        self.discriminator_predictions = DiscriminatorHead(config)
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None,

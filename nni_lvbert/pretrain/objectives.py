@@ -23,12 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..arch import Arch
 from ..config import ModelConfig
 from ..data.masking import model_mask
 from ..errors import UserError
-from ..modeling import (Embeddings, MaskedLMMixin, FixedMLM, build_slot_layers, init_weights,
-                        masked_positions)
+from ..modeling import DiscriminatorHead, Encoder, FixedMLM, init_weights, masked_positions
 
 OBJECTIVES = ("mlm", "electra")
 DISC_WEIGHT = 50.0  # ELECTRA disc_weight
@@ -48,30 +46,6 @@ def generator_config(cfg: ModelConfig, fraction: float) -> ModelConfig:
         raise UserError(f"generator hidden size {hidden} ({fraction} x {cfg.hidden_size}) is not divisible by its "
                         f"{heads} heads; choose another --generator-fraction")
     return dataclasses.replace(cfg, hidden_size=hidden, num_heads=heads, ff_size=4 * hidden, glu_ff_size=None)
-
-
-class Encoder(MaskedLMMixin, nn.Module):
-    """Embeddings + one layer per slot, no head: the ELECTRA discriminator's body (`encode`)."""
-
-    def __init__(self, cfg: ModelConfig, arch):
-        super().__init__()
-        self.config, self.arch = cfg, Arch.parse(arch)
-        self.embeddings = Embeddings(cfg)
-        self.layers = nn.ModuleList(build_slot_layers(self.arch, cfg))
-        init_weights(self, cfg.initializer_range)
-
-
-class DiscriminatorHead(nn.Module):
-    """ELECTRA's discriminator predictions: dense H->H, GELU, dense H->1 (names as the HF export's)."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.dense_prediction = nn.Linear(cfg.hidden_size, 1)
-        init_weights(self, cfg.initializer_range)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.dense_prediction(F.gelu(self.dense(hidden))).squeeze(-1)
 
 
 class SOPHead(nn.Module):
@@ -152,6 +126,7 @@ class ElectraObjective(nn.Module):
         self.generator_config = generator_config(cfg, generator_fraction)
         self.discriminator = Encoder(cfg, arch)
         self.disc_head = DiscriminatorHead(cfg)
+        init_weights(self.disc_head, cfg.initializer_range)
         self.generator = FixedMLM(self.generator_config, arch)
         for name in SHARED_EMBEDDINGS:  # the very modules: one set of parameters, trained by both losses
             setattr(self.generator.embeddings, name, getattr(self.discriminator.embeddings, name))
