@@ -11,7 +11,7 @@ import torch
 from scipy.stats import kendalltau
 
 from nni_lvbert.arch import Arch
-from nni_lvbert.study.orders import STRATA, composition, is_mixed, stratified_orders
+from nni_lvbert.study.orders import STRATA, composition, graded_orders, is_mixed, stratified_orders
 from nni_lvbert.study.stats import (ceiling_by_simulation, noise_ceiling, order_effect, paired_bootstrap,
                                     rank_interval, regret, reliability, top_overlap)
 from tests.conftest import one_error_line, run_cli
@@ -26,6 +26,30 @@ def trained(study_supernet):
 
 
 # --- orders ------------------------------------------------------------------------------------------------------
+def test_graded_orders_change_one_count_at_a_time():
+    """The graded set: convolution 0..8 at 6 attention layers, attention 0/2/10 at 4 convolutions, one convolution
+    in the first or last slot; distinct, deterministic, each labelled with its counts (a shorter space scales the
+    counts and keeps the distinct ones)."""
+    orders = graded_orders(TYPES, 24)
+    assert orders == graded_orders(TYPES, 24) and len({a for a, _ in orders}) == len(orders) == 12
+    counts = [(composition(a)["sa"], composition(a)["dc"]) for a, _ in orders]
+    assert counts[:7] == [(6, k) for k in (0, 1, 2, 3, 4, 6, 8)] and counts[7:10] == [(0, 4), (2, 4), (10, 4)]
+    first, last = orders[10][0], orders[11][0]
+    assert first[0] == "dc" and last[-1] == "dc" and composition(first)["dc"] == composition(last)["dc"] == 1
+    for arch, role in orders:
+        c = composition(arch)
+        assert role.startswith(f"attention {c['sa']}, convolution {c['dc']}")
+        assert abs(c["ff"] - c["glu"]) <= 1  # the rest alternates feed-forward and GLU
+    short = graded_orders(TYPES, 12)
+    assert 3 <= len(short) < 12 and len({a for a, _ in short}) == len(short)
+    assert all(role.startswith(f"attention {composition(a)['sa']}, convolution {composition(a)['dc']}")
+               for a, role in short)
+    from nni_lvbert.errors import UserError
+
+    with pytest.raises(UserError, match="graded order set needs sa, dc"):
+        graded_orders(("sa", "ff"), 6)
+
+
 def test_stratified_orders_are_seeded_distinct_and_keep_their_stratum():
     orders = stratified_orders(TYPES, 24, 20, seed=0)
     assert orders == stratified_orders(TYPES, 24, 20, seed=0) and orders != stratified_orders(TYPES, 24, 20, seed=1)
