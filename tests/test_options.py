@@ -84,10 +84,10 @@ def test_a_new_option_is_one_field():
 @pytest.mark.parametrize("command", [["supernet", "train"], ["supernet", "few-shot"], ["pretrain"], ["iot", "train"],
                                      ["search", "run"], ["run"], ["finetune"], ["glue"], ["study", "ranking"],
                                      ["study", "search"], ["study", "downstream"], ["data", "prepare"], ["export"],
-                                     ["info"], ["iot", "eval"], ["search", "score"], ["search", "latency-table"]])
+                                     ["info"], ["iot", "eval"], ["search", "score"], ["search", "latency-table"],
+                                     ["search", "nnictl"], ["search", "export"]])
 def test_every_command_takes_its_flags_from_its_options_class(command):
-    """Every command but `search nnictl/export/space-json` and `init-experiment` (positional words, nnictl's own
-    overrides)."""
+    """Every command but `search space-json` and `init-experiment` (one flag each, beside positional words)."""
     import argparse
     import dataclasses
 

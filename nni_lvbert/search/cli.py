@@ -4,13 +4,11 @@ from __future__ import annotations
 import json
 import sys
 
-from ..layout import SEARCH_NNICTL as EXPORT_OUT, SUPERNET  # (`search export --out` default)
-from .defaults import VAL_TOKENS
 
 
 def register(sub) -> None:
     from ..cliargs import add_actions, add_command, add_flags, add_json_arg
-    from .options import LatencyOptions, LatencyTableOptions, ScoreOptions
+    from .options import LatencyTableOptions, NnictlExportOptions, NnictlOptions, ScoreOptions
     from .run import SearchOptions
 
     ssub = add_actions(sub, "search", "architecture search over a trained supernet (evolution, baselines, nnictl)")
@@ -30,39 +28,17 @@ def register(sub) -> None:
     n.add_argument("action", nargs="?", choices=["create", "resume"], default="create",
                    help="create (default) or resume ID")
     n.add_argument("experiment_id", nargs="?", default=None, metavar="ID", help="the experiment to resume")
-    n.add_argument("--experiment-config", default=None, metavar="FILE.yml",
-                   help="nnictl experiment config (default: the packaged search.yml)")
-    n.add_argument("--supernet", default=SUPERNET, help=f"supernet run directory (default {SUPERNET})")
-    n.add_argument("--port", type=int, default=8080, help="web UI / REST API port (default 8080)")
-    n.add_argument("--host", default="127.0.0.1", help="interface for the web UI / REST API (default 127.0.0.1)")
-    n.add_argument("--max-trials", type=int, default=None, help="override maxTrialNumber")
-    n.add_argument("--concurrency", type=int, default=None, help="override trialConcurrency")
-    n.add_argument("--out", default=None, metavar="DIR", help="experiment working directory (default: the config's)")
-    n.add_argument("--seed", type=int, default=None, help="override the tuner's seed")
-    n.add_argument("--val-tokens", type=int, default=None,
-                   help=f"validation tokens per trial (default {VAL_TOKENS})")
-    n.add_argument("--trial-threads", type=int, default=None, help="torch threads per trial")
-    n.add_argument("--trial-gpus", type=int, default=None,
-                   help="GPUs per trial (trialGpuNumber); without it NNI hides the GPUs from trials, which then "
-                        "score on the CPU")
-    for name in ("population", "iterations", "topk", "crossover", "mutation", "max-params", "max-flops"):
-        n.add_argument(f"--{name}", type=int, default=None, help="override the config's tuner argument")
-    n.add_argument("--mutation-prob", type=float, default=None, help="override the config's tuner argument")
-    add_flags(n, LatencyOptions, skip=("pareto",))
+    add_flags(n, NnictlOptions, skip=("pareto",))
     add_json_arg(n)
-    n.set_defaults(func=nnictl_cmd)
+    n.set_defaults(func=nnictl_cmd, options_cls=NnictlOptions, options_skip=("pareto",))
 
     add_command(ssub, "latency-table", "per-layer-type forward latency on this device -> JSON table for "
                                        "--max-latency-ms", LatencyTableOptions, latency_table_cmd)
 
     e = ssub.add_parser("export", help="best trial of an nnictl experiment -> best_arch.json")
-    e.add_argument("--experiment", default=None, help="experiment ID (nnictl experiment list --all)")
-    e.add_argument("--experiment-dir", default=None, help="or the experiment's directory (holding db/nni.sqlite)")
-    e.add_argument("--supernet", default=None, help="supernet run directory (default: from the trial command)")
-    e.add_argument("--out", default=EXPORT_OUT, metavar="DIR",
-                   help=f"directory to write best_arch.json into (default {EXPORT_OUT})")
+    add_flags(e, NnictlExportOptions)
     add_json_arg(e)
-    e.set_defaults(func=export_cmd)
+    e.set_defaults(func=export_cmd, options_cls=NnictlExportOptions)
 
 
 def run_cmd(args) -> dict:
@@ -124,28 +100,33 @@ def space_json_cmd(args) -> int:
 
 
 def nnictl_cmd(args) -> dict:
-    from .nnictl import DEFAULT_CONFIG, create, resume
-
+    from ..cliargs import options_from_args
     from ..errors import UserError
+    from .nnictl import DEFAULT_CONFIG, create, resume
+    from .options import NnictlOptions
 
+    opts = options_from_args(NnictlOptions, args)
     if args.action == "resume":
         if not args.experiment_id:
             raise UserError("give the experiment to resume: lvbert search nnictl resume ID")
-        args.resume = args.experiment_id
-        return resume(args)
+        opts.resume = args.experiment_id
+        return resume(opts)
     if args.experiment_id:
         raise UserError(f"unexpected argument {args.experiment_id!r}: only `resume` takes an experiment ID")
-    args.experiment_config = args.experiment_config or str(DEFAULT_CONFIG)
-    return create(args)
+    opts.experiment_config = opts.experiment_config or str(DEFAULT_CONFIG)
+    return create(opts)
 
 
 def export_cmd(args) -> dict:
+    from ..cliargs import options_from_args
     from ..errors import UserError
     from .nnictl import export
+    from .options import NnictlExportOptions
 
-    if not args.experiment and not args.experiment_dir:
+    opts = options_from_args(NnictlExportOptions, args)
+    if not opts.experiment and not opts.experiment_dir:
         raise UserError("give --experiment ID or --experiment-dir DIR")
-    return export(args)
+    return export(opts)
 
 
 def latency_table_cmd(args) -> dict:

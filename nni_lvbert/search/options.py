@@ -87,3 +87,44 @@ class LatencyOptions:
                                           "search's device", metavar="T.json")
     pareto: bool = opt(False, "with --latency-table: write pareto.json/pareto.png, the front of inherited score vs "
                               "predicted latency over the evaluated candidates")
+
+
+@dataclass
+class NnictlOptions(LatencyOptions):
+    """`lvbert search nnictl [create|resume ID]`: the nnictl experiment (search.yml) and what it overrides."""
+
+    GROUP: ClassVar[str] = "experiment"
+
+    experiment_config: str | None = opt(None, "nnictl experiment config (default: the packaged search.yml)",
+                                        metavar="FILE.yml")
+    supernet: str = opt(layout.SUPERNET, "supernet run directory")
+    port: int = opt(8080, "web UI / REST API port")
+    host: str = opt("127.0.0.1", "interface for the web UI / REST API")
+    max_trials: int | None = opt(None, "override maxTrialNumber")
+    concurrency: int | None = opt(None, "override trialConcurrency")
+    out: str | None = opt(None, "experiment working directory (default: the config's)", metavar="DIR")
+    seed: int | None = opt(None, "override the tuner's seed")
+    val_tokens: int | None = opt(None, f"validation tokens per trial (default {VAL_TOKENS})")
+    trial_threads: int | None = opt(None, "torch threads per trial")
+    trial_gpus: int | None = opt(None, "GPUs per trial (trialGpuNumber); without it NNI hides the GPUs from trials, "
+                                       "which then score on the CPU")
+    population: int | None = opt(None, "override the config's tuner argument")
+    iterations: int | None = opt(None, "override the config's tuner argument")
+    topk: int | None = opt(None, "override the config's tuner argument")
+    crossover: int | None = opt(None, "override the config's tuner argument")
+    mutation: int | None = opt(None, "override the config's tuner argument")
+    max_params: int | None = opt(None, "override the config's tuner argument")
+    max_flops: int | None = opt(None, "override the config's tuner argument")
+    mutation_prob: float | None = opt(None, "override the config's tuner argument")
+    resume: str | None = None  # `resume ID`: the experiment to resume (the positional ID; no flag)
+
+
+@dataclass
+class NnictlExportOptions:
+    """`lvbert search export`: the best trial of an nnictl experiment -> best_arch.json."""
+
+    experiment: str | None = opt(None, "experiment ID (nnictl experiment list --all)")
+    experiment_dir: str | None = opt(None, "or the experiment's directory (holding db/nni.sqlite)")
+    supernet: str | None = opt(None, "supernet run directory (default: from the trial command)")
+    out: str = opt(layout.SEARCH_NNICTL, "directory to write best_arch.json into", metavar="DIR")
+
