@@ -1,4 +1,4 @@
-"""`lvbert study ranking | search | downstream`: does the search find better BERTs? (see nni_lvbert/study/)."""
+"""`lvbert study ranking | search | downstream | iot`: does the search find better BERTs? (see nni_lvbert/study/)."""
 from __future__ import annotations
 
 STUDIES = {
@@ -9,6 +9,9 @@ STUDIES = {
                "Algorithm 1 vs regularized evolution vs random at equal budget over several seeds"),
     "downstream": ("nni_lvbert.study.downstream", "DownstreamOptions", "run_downstream",
                    "searched vs baselines after stand-alone pre-training, then fine-tuning with several seeds"),
+    "iot": ("nni_lvbert.study.iot", "IOTStudyOptions", "run_iot_study",
+            "instance-wise order (IOT) against its orders, the per-instance oracle and the best order trained "
+            "stand-alone for the same steps, over several seeds, with standard errors and cost"),
 }
 
 
@@ -17,7 +20,7 @@ def register(sub) -> None:
 
     from ..cliargs import add_actions, add_command
 
-    studies = add_actions(sub, "study", "reproducible studies: supernet ranking, search strategies, downstream",
+    studies = add_actions(sub, "study", "reproducible studies: supernet ranking, search strategies, downstream, IOT",
                           dest="study", metavar="STUDY")
     for name, (module, cls, _, help_) in STUDIES.items():
         options = getattr(importlib.import_module(module), cls)
@@ -33,5 +36,5 @@ def run_study(args) -> dict:
     mod = importlib.import_module(module)
     result = getattr(mod, fn)(options_from_args(getattr(mod, cls), args))
     keys = ("kendall_tau", "kendall_tau_ci95", "spearman_rho", "spearman_rho_ci95", "n", "seeds", "budget",
-            "orders", "noise_ceiling", "seed_std_median", "rankers", "result")
+            "orders", "noise_ceiling", "seed_std_median", "rankers", "goal", "result")
     return {"study": args.study, "out": args.out, **{k: result[k] for k in keys if k in result}}

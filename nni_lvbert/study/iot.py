@@ -1,0 +1,401 @@
+"""`lvbert study iot`: does instance-wise ordering (IOT) beat the best single order trained alone?
+
+For each seed (--seed .. --seed+N-1), on the reference supernet's data and shape:
+
+1. IOT (`lvbert iot train`) from the supernet `--supernet` over M orders (`--orders-from`, `--block` or `--orders`),
+   for the study's budget (steps, batch, lr, warm-up): OUT/iot/seed<k>/, resumable on its own;
+2. the paper's baseline: each of the M orders pre-trained stand-alone from scratch with the same seed, batch and
+   schedule, on as many training sequences as the IOT model has seen (`--equal-tokens total`: the supernet's plus
+   IOT's; `iot`: IOT's steps alone), in the model store (shared, resumable);
+3. everything scored on the same validation tokens with every token masked once (full-split masking), each
+   accuracy with its standard error clustered by validation sequence: with the IOT-trained shared weights the
+   routed model (argmax of the predictor), each order alone and the per-instance oracle; the predictor's
+   agreement with the oracle's choice and the usage of each order; each stand-alone model; the routed model's
+   paired differences against the best shared order and each stand-alone model (scores/seed<k>.json);
+4. the baseline is the order whose stand-alone models score best on the mean over seeds (chosen on the validation
+   tokens themselves: in the baseline's favour). The goal's test: routed minus that baseline, mean over seeds,
+   more than 2 standard errors above 0 (over seeds with 2 or more, else the paired token-level error).
+
+iot.json / iot.md / iot.png in OUT. Costs in core-minutes (`cost.core_minutes`): IOT's training (M forwards a
+step) beside the stand-alone ones; the reference supernet's own training is reported apart (IOT continues from it).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .. import layout
+from ..atomic import pyplot, save_figure, write_json, write_text
+from ..errors import UserError
+from ..iot.defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
+from ..options import opt
+from ..rundir import OPTIONS, RunDir
+from ..safeio import read_json
+from .common import StudyOptions, begin, log, shown_path, shown_stats, start
+from .stats import markdown_table
+
+RESULT = "iot.json"
+IOT_GROUP = "IOT (defaults: official IOT code)"
+ORDERS_GROUP = "candidate orders (one source)"
+
+
+@dataclass
+class IOTStudyOptions(StudyOptions):
+    out: str = f"{layout.STUDY}/iot"
+    supernet: str = opt("", "the reference supernet run directory: IOT starts from it; its space, shape and data "
+                            "define the study", metavar="RUN", group="")
+    num_seeds: int | None = opt(None, "seeds --seed .. --seed+N-1, each an IOT run and M stand-alone models "
+                                      "(default 3; quick 1)", group="")
+    orders_from: str | None = opt(None, "top-M distinct architectures of a search's history.jsonl",
+                                  metavar="SEARCH_DIR", group=ORDERS_GROUP)
+    orders: list[str] | None = opt(None, "explicit orders (compact strings, names or JSON files)", metavar="ARCH",
+                                   group=ORDERS_GROUP)
+    block: str | None = opt(None, "M distinct permutations of a block (e.g. sa,ff,dc) repeated over the slots",
+                            metavar="TYPES", group=ORDERS_GROUP)
+    m: int | None = opt(None, "number of orders M (default 4; quick 2)", group=ORDERS_GROUP)
+    tau: float = opt(TAU, "Gumbel-softmax temperature (start)", group=IOT_GROUP)
+    tau_min: float = opt(TAU_MIN, "temperature floor", group=IOT_GROUP)
+    tau_decay: float = opt(TAU_DECAY, "r in tau = max(tau * exp(-r * step), tau_min) (0: constant tau)",
+                           group=IOT_GROUP)
+    tau_every: int = opt(TAU_EVERY, "temperature update period", group=IOT_GROUP)
+    c1: float = opt(C1, "weight of the exploration loss L_D (0: without it)", group=IOT_GROUP)
+    c2: float = opt(C2, "weight of the exploitation loss L_S (0: without it)", group=IOT_GROUP)
+    clamp: float = opt(CLAMP, "probability clamp before Gumbel", group=IOT_GROUP)
+    gumbel: bool = opt(True, "no Gumbel noise (deterministic weights)", group=IOT_GROUP)
+    equal_tokens: str = opt("total", "the stand-alone baseline's training sequences: total (default): the supernet's "
+                                     "plus IOT's, as many as the IOT model has seen; iot: IOT's steps x batch only "
+                                     "(IOT also inherits the supernet's training)", choices=["total", "iot"],
+                            group="")
+
+
+def _defaults(opts: IOTStudyOptions) -> tuple[int, int | None]:
+    k = opts.num_seeds if opts.num_seeds is not None else (1 if opts.quick else 3)
+    m = opts.m if opts.m is not None else (2 if opts.quick and not opts.orders else None)
+    return k, m
+
+
+def _iot_settings(opts: IOTStudyOptions) -> dict:
+    return {k: getattr(opts, k) for k in ("tau", "tau_min", "tau_decay", "tau_every", "c1", "c2", "clamp", "gumbel")}
+
+
+def standalone_budget(budget, equal_tokens: str, supernet: str, meta: dict):
+    """The stand-alone baseline's budget: IOT's (`iot`), or as many sequences as the supernet's training plus
+    IOT's at IOT's batch (`total`; the same lr and warm-up)."""
+    if equal_tokens == "iot":
+        return budget, 0
+    if equal_tokens != "total":
+        raise UserError(f"--equal-tokens must be total or iot, got {equal_tokens!r}")
+    batch = (RunDir(supernet, "supernet").stored_options() or {}).get("batch_size")
+    steps = meta.get("steps")
+    if not batch or steps is None:
+        raise UserError(f"cannot tell how many sequences the supernet {supernet} was trained on (no batch_size in "
+                        "its options.json or no steps in its meta.json); pass --equal-tokens iot")
+    before = int(steps) * int(batch)
+    return dataclasses.replace(budget, steps=budget.steps + -(-before // budget.batch_size)), before
+
+
+def _accelerator() -> str:
+    import torch
+
+    return "auto" if torch.cuda.is_available() else "cpu"
+
+
+def _train_iot(opts: IOTStudyOptions, path: Path, seed: int, budget, m: int | None) -> None:
+    """One seed's IOT run (skipped when finished, resumed when interrupted)."""
+    from ..iot.train import IOTOptions, train_iot
+
+    flags = RunDir(path, "IOT").continuation(marker=OPTIONS)
+    if flags is None:
+        return
+    common = dict(out=str(path), progress=opts.progress, accelerator=_accelerator(), model_summary=False)
+    if flags["resume"]:
+        train_iot(IOTOptions(**common, resume=True, given=list(common)))
+        return
+    b = budget
+    train_iot(IOTOptions(**common, supernet=opts.supernet, orders=opts.orders, orders_from=opts.orders_from,
+                         block=opts.block, m=m, seed=seed, lr=b.lr, warmup_steps=b.warmup_steps, max_steps=b.steps,
+                         batch_size=b.batch_size, val_every=b.steps, val_batches=4,
+                         ckpt_every=max(1, min(250, b.steps // 4)), overwrite=flags["overwrite"],
+                         data_seed=opts.data_seed, **_iot_settings(opts)))
+
+
+# --- scoring: per validation row (one masking round of one sequence), then clustered by sequence ------------------
+def _row_sums(head, hidden, batch):
+    """(correct, loss sum, masked count) per row of one validation batch."""
+    import torch
+    import torch.nn.functional as F
+
+    from ..modeling import masked_rows, mlm_correct
+
+    logits = head(masked_rows(hidden, batch.positions)).float()
+    rows = batch.positions // hidden.shape[1]
+    b = hidden.shape[0]
+    zeros = torch.zeros(b, dtype=torch.float64)
+    return (zeros.index_add(0, rows, mlm_correct(logits, batch.target).double()),
+            zeros.index_add(0, rows, F.cross_entropy(logits, batch.target, reduction="none").double()),
+            zeros.index_add(0, rows, torch.ones_like(batch.target, dtype=torch.float64)))
+
+
+def iot_rows(model, batches) -> dict:
+    """Per row: every order's right tokens and loss (R, M), the masked count, the sequence, the predictor's choice."""
+    import torch
+
+    from ..iot.routing import route_logits
+
+    out = {"correct": [], "loss": [], "n": [], "seq": [], "choice": []}
+    with torch.inference_mode():
+        for b in batches:
+            per = [_row_sums(model.space.head, model.forward_order(k, b.input_ids, b.mask, b.token_type_ids)[0], b)
+                   for k in range(model.num_orders)]
+            out["correct"].append(torch.stack([p[0] for p in per], -1))
+            out["loss"].append(torch.stack([p[1] for p in per], -1))
+            out["n"].append(per[0][2])
+            out["seq"].append(b.seq)
+            out["choice"].append(route_logits(model.space, model.predictor, b.input_ids, b.mask).argmax(-1))
+    return {k: torch.cat(v).numpy() for k, v in out.items()}
+
+
+def model_rows(model, batches) -> dict:
+    """Per row: a stand-alone model's right tokens and loss."""
+    import torch
+
+    with torch.inference_mode():
+        sums = [_row_sums(model.head, model.encode(b.input_ids, b.mask, b.token_type_ids), b) for b in batches]
+    return {"correct": torch.cat([s[0] for s in sums]).numpy(), "loss": torch.cat([s[1] for s in sums]).numpy()}
+
+
+def clustered(y, n, seq) -> dict:
+    """Ratio mean sum y / sum n with its standard error clustered by sequence (as `batches_metrics`)."""
+    size = int(seq.max()) + 1
+    ys, ns = np.bincount(seq, y, size), np.bincount(seq, n, size)
+    keep = ns > 0
+    ys, ns = ys[keep], ns[keep]
+    s, total = len(ns), ns.sum()
+    mean = ys.sum() / total
+    var = s / max(s - 1, 1) * float(((ys - mean * ns) ** 2).sum()) / total ** 2
+    return {"mean": float(mean), "se": var ** 0.5}
+
+
+def score_seed(rows: dict, alone: dict[str, dict], archs: list[str]) -> dict:
+    """One seed's statistics from `iot_rows` and each order's stand-alone `model_rows`."""
+    correct, loss, n, seq, choice = rows["correct"], rows["loss"], rows["n"], rows["seq"], rows["choice"]
+    m, r = correct.shape[1], np.arange(len(n))
+    oracle = (correct * 1e6 - loss).argmax(-1)  # the most right tokens (ties: lower loss), as validation_counts
+    routed_c, oracle_c = correct[r, choice], correct[r, oracle]
+    shared = [clustered(correct[:, k], n, seq) for k in range(m)]
+    best = max(range(m), key=lambda k: shared[k]["mean"])
+    has = n > 0
+    usage = np.bincount(choice, minlength=m) / len(choice)
+    oracle_share = np.bincount(oracle[has], minlength=m) / has.sum()
+    return {
+        "routed": clustered(routed_c, n, seq),
+        "routed_loss": clustered(loss[r, choice], n, seq)["mean"],
+        "orders": [{"arch": a, **s, "usage": float(u), "oracle_share": float(o)}
+                   for a, s, u, o in zip(archs, shared, usage, oracle_share)],
+        "best_shared": {"arch": archs[best], **shared[best]},
+        "routed_minus_best_shared": clustered(routed_c - correct[:, best], n, seq),
+        "oracle": clustered(oracle_c, n, seq),
+        "agreement": float((choice[has] == oracle[has]).mean()),
+        "agreement_by_chance": float((usage * oracle_share).sum()),
+        "usage": usage.tolist(),
+        "masked_tokens": int(n.sum()), "rows": int(len(n)),
+        "standalone": {a: {**clustered(alone[a]["correct"], n, seq),
+                           "routed_minus_this": clustered(routed_c - alone[a]["correct"], n, seq)} for a in archs},
+    }
+
+
+def _score(out: Path, seed: int, iot_dir: Path, paths: dict[str, Path], validation) -> dict:
+    """A seed's scores (scores/seed<k>.json: computed once)."""
+    import time
+
+    from ..cost import scoring_minutes
+    from ..iot.rundir import load_iot
+    from .store import mlm_model
+
+    file = out / "scores" / f"seed{seed}.json"
+    if file.is_file():
+        return read_json(file)
+    log(f"[seed {seed}] scoring IOT's routed model, its {len(paths)} orders and the stand-alone models on "
+        f"{len(validation.batches)} validation batches")
+    started = time.perf_counter()
+    model = load_iot(iot_dir)
+    archs = [o.compact for o in model.orders]
+    rows = iot_rows(model, validation.batches)
+    alone = {a: model_rows(mlm_model(paths[a]), validation.batches) for a in archs}
+    res = {"seed": seed, **score_seed(rows, alone, archs),
+           "scoring_core_minutes": scoring_minutes(time.perf_counter() - started)}
+    write_json(file, res)
+    return res
+
+
+def run_iot_study(opts: IOTStudyOptions) -> dict:
+    from ..cost import core_minutes
+    from ..iot.orders import resolve_orders
+    from ..iot.train import IOTOptions, check_options
+
+    opts = begin(opts, "study")
+    if not opts.supernet:
+        raise UserError("give the reference supernet with --supernet RUN (IOT starts from it)")
+    k, m = _defaults(opts)
+    if k < 1:
+        raise UserError(f"--num-seeds must be at least 1, got {k}")
+    budget = opts.budget()
+    from ..supernet.rundir import load_supernet  # torch: once the options are checked
+
+    sn = load_supernet(opts.supernet)
+    orders, _ = resolve_orders(sn.spec, opts.orders, opts.orders_from, opts.block, m)
+    check_options(IOTOptions(**_iot_settings(opts)), len(orders))
+    data = (sn.meta.get("data") or {}).get("path")
+    if not data:
+        raise UserError(f"{opts.supernet}/meta.json records no prepared data directory")
+    from .store import Validation, preset_size, standalone_spec, train_all
+
+    alone, before = standalone_budget(budget, opts.equal_tokens, opts.supernet, sn.meta)
+    validation = Validation.load(data, sn.cfg, opts.validation_tokens(), "full", opts.data_seed)
+    out = start(opts)
+    seeds = list(range(opts.seed, opts.seed + k))
+    common = dict(size=preset_size(sn), cfg=sn.cfg.to_dict(), budget=alone, data=data, data_seed=opts.data_seed)
+    archs = [o.compact for o in orders]
+    per_seed, costs = [], []
+    for i, seed in enumerate(seeds):
+        iot_dir = out / "iot" / f"seed{seed}"
+        log(f"[seed {i + 1}/{k}] IOT over {', '.join(archs)}: {budget.steps} steps of batch {budget.batch_size}")
+        _train_iot(opts, iot_dir, seed, budget, m)
+        specs = [(f"stand-alone MLM training of {a} (seed {seed})", standalone_spec(a, seed, **common)) for a in archs]
+        paths = dict(zip(archs, train_all(specs, opts.store(), opts.progress)))
+        per_seed.append(_score(out, seed, iot_dir, paths, validation))
+        costs.append({"iot": core_minutes(RunDir(iot_dir, "IOT").meta),
+                      "standalone": {a: core_minutes(RunDir(p, "pretrain").meta) for a, p in paths.items()}})
+    result = summarize(per_seed, costs, archs)
+    result.update(study="iot", supernet=shown_path(opts.supernet), data=shown_path(data), seeds=seeds,
+                  budget=budget.__dict__, m=len(archs), settings=_iot_settings(opts),
+                  auxiliary_losses={"L_D": opts.c1 > 0, "L_S": opts.c2 > 0},
+                  validation=shown_stats(validation.identity),
+                  supernet_core_minutes=core_minutes(sn.meta) if "train_seconds" in sn.meta else None,
+                  standalone_budget=alone.__dict__, equal_tokens=opts.equal_tokens,
+                  sequences={"supernet": before, "iot": budget.steps * budget.batch_size,
+                             "standalone": alone.steps * alone.batch_size})
+    _report(result, out)
+    write_json(out / RESULT, result)
+    return {"seeds": seeds, "orders": archs, "result": str(out / RESULT), "goal": result["goal"]}
+
+
+def summarize(per_seed: list[dict], costs: list[dict], archs: list[str]) -> dict:
+    """Means over seeds, the baseline (the order best stand-alone on the mean over seeds) and the goal's test."""
+    k = len(per_seed)
+
+    def mean_se(values: list[float], ses: list[float]) -> dict:
+        """Mean over seeds; its standard error from the seeds' spread (2+ seeds), else the token-level error."""
+        v = np.array(values)
+        spread = float(v.std(ddof=1) / np.sqrt(k)) if k > 1 else None
+        tokens = float(np.sqrt(np.sum(np.square(ses))) / k)
+        return {"mean": float(v.mean()), "se": spread if spread is not None else tokens, "se_seeds": spread,
+                "se_tokens": tokens, "per_seed": v.tolist()}
+
+    def over(get) -> dict:
+        return mean_se([get(s)["mean"] for s in per_seed], [get(s)["se"] for s in per_seed])
+
+    base = max(archs, key=lambda a: np.mean([s["standalone"][a]["mean"] for s in per_seed]))
+    diff = over(lambda s: s["standalone"][base]["routed_minus_this"])
+    goal = {"baseline": base, "routed_minus_standalone": diff, "z": diff["mean"] / diff["se"] if diff["se"] else None,
+            "met": bool(diff["se"] and diff["mean"] > 2 * diff["se"])}
+    return {
+        "orders": archs,
+        "per_seed": [{**s, "core_minutes": c} for s, c in zip(per_seed, costs)],
+        "mean": {"routed": over(lambda s: s["routed"]), "oracle": over(lambda s: s["oracle"]),
+                 "best_shared": over(lambda s: s["best_shared"]),
+                 "routed_minus_best_shared": over(lambda s: s["routed_minus_best_shared"]),
+                 "orders_shared": {a: over(lambda s, i=i: s["orders"][i]) for i, a in enumerate(archs)},
+                 "standalone": {a: over(lambda s, a=a: s["standalone"][a]) for a in archs},
+                 "agreement": float(np.mean([s["agreement"] for s in per_seed])),
+                 "agreement_by_chance": float(np.mean([s["agreement_by_chance"] for s in per_seed])),
+                 "usage": np.mean([s["usage"] for s in per_seed], 0).tolist(),
+                 "iot_core_minutes": float(np.mean([c["iot"] for c in costs])),
+                 "baseline_core_minutes": float(np.mean([c["standalone"][base] for c in costs])),
+                 "all_standalone_core_minutes": float(np.mean([sum(c["standalone"].values()) for c in costs]))},
+        "goal": goal,
+    }
+
+
+def _pm(d: dict, digits: int = 4) -> str:
+    return f"{d['mean']:.{digits}f} ± {d['se']:.{digits}f}"
+
+
+def _signed(d: dict) -> str:
+    return f"{d['mean']:+.4f} ± {d['se']:.4f}"
+
+
+def _report(result: dict, out: Path) -> None:
+    b, s, mean, goal = result["budget"], result["settings"], result["mean"], result["goal"]
+    seqs = result["sequences"]
+    same = "the supernet's plus IOT's" if result["equal_tokens"] == "total" else "IOT's alone"
+    base = goal["baseline"]
+    aux = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in result["auxiliary_losses"].items())
+    rows = [[p["seed"], _pm(p["routed"]), f"`{p['best_shared']['arch']}` {_pm(p['best_shared'])}",
+             _signed(p["routed_minus_best_shared"]), _pm(p["oracle"]), f"{p['agreement']:.3f}",
+             " / ".join(f"{100 * u:.0f}" for u in p["usage"]), _pm(p["standalone"][base]),
+             _signed(p["standalone"][base]["routed_minus_this"]),
+             f"{p['core_minutes']['iot']:.2f}", f"{p['core_minutes']['standalone'][base]:.2f}"]
+            for p in result["per_seed"]]
+    rows.append(["mean", _pm(mean["routed"]), _pm(mean["best_shared"]), _signed(mean["routed_minus_best_shared"]),
+                 _pm(mean["oracle"]), f"{mean['agreement']:.3f}", " / ".join(f"{100 * u:.0f}" for u in mean["usage"]),
+                 _pm(mean["standalone"][base]), _signed(goal["routed_minus_standalone"]),
+                 f"{mean['iot_core_minutes']:.2f}", f"{mean['baseline_core_minutes']:.2f}"])
+    d = goal["routed_minus_standalone"]
+    z = "n/a" if goal["z"] is None else f"{goal['z']:.2f}"
+    md = [f"# IOT against the best single order trained alone ({len(result['seeds'])} seed"
+          f"{'s' * (len(result['seeds']) > 1)}, M = {result['m']})\n",
+          f"Reference supernet `{result['supernet']}`. Orders: {', '.join(f'`{a}`' for a in result['orders'])}. "
+          f"IOT: {b['steps']} steps, batch {b['batch_size']}, lr {b['lr']:g}, warm-up {b['warmup_steps']}, from the "
+          f"supernet's weights ({seqs['supernet']} training sequences before); each stand-alone model from scratch: "
+          f"{result['standalone_budget']['steps']} steps of the same batch and schedule ({seqs['standalone']} "
+          f"sequences: {same}). IOT settings: tau {s['tau']:g} "
+          f"(min {s['tau_min']:g}, decay {s['tau_decay']:g} every {s['tau_every']}), c1 (L_D) {s['c1']:g}, c2 (L_S) "
+          f"{s['c2']:g}, clamp {s['clamp']:g}, Gumbel {'on' if s['gumbel'] else 'off'}; auxiliary losses: {aux}. "
+          f"Scored on {result['validation']['masked_tokens']} masked validation tokens "
+          f"({result['validation']['masking']} masking); ± is a standard error (per seed: clustered by validation "
+          "sequence; the mean: over seeds, or the token-level error with one seed).\n",
+          f"- **goal** (routed beats the stand-alone `{base}` by more than 2 standard errors): "
+          f"**{'met' if goal['met'] else 'not met'}**: routed − stand-alone = {_signed(d)} (z = {z})",
+          f"- headroom: oracle − routed = {mean['oracle']['mean'] - mean['routed']['mean']:+.4f}; predictor agrees "
+          f"with the oracle's choice on {mean['agreement']:.3f} of the instances (by chance "
+          f"{mean['agreement_by_chance']:.3f})",
+          f"- cost (core-minutes, mean per seed): IOT {mean['iot_core_minutes']:.2f}; the stand-alone baseline "
+          f"{mean['baseline_core_minutes']:.2f} (all {result['m']} stand-alone orders "
+          f"{mean['all_standalone_core_minutes']:.2f}); the reference supernet "
+          + ("n/a" if result["supernet_core_minutes"] is None else f"{result['supernet_core_minutes']:.2f}"),
+          "- the baseline order is the best stand-alone order on the mean over seeds, chosen on these validation "
+          "tokens (in its favour)" + ("" if result["equal_tokens"] == "total" else
+                                      "; with --equal-tokens iot the stand-alone models see fewer sequences than the "
+                                      "IOT model (which inherits the supernet's training): in IOT's favour") + "\n",
+          markdown_table(["seed", "routed", "best shared order", "routed − best shared", "oracle", "agreement",
+                          "usage %", f"stand-alone `{base}`", "routed − stand-alone", "IOT core-min",
+                          "stand-alone core-min"], rows),
+          markdown_table(["order", "shared weights (mean ± se)", "stand-alone (mean ± se)", "usage %"],
+                         [[f"`{a}`", _pm(mean["orders_shared"][a]), _pm(mean["standalone"][a]),
+                           f"{100 * u:.0f}"] for a, u in zip(result["orders"], mean["usage"])])]
+    write_text(out / "iot.md", "\n".join(md))
+    _plot(result, out / "iot.png")
+
+
+def _plot(result: dict, path: Path) -> None:
+    mean, archs = result["mean"], result["orders"]
+    bars = ([(f"{a}\nshared", mean["orders_shared"][a], "tab:blue") for a in archs]
+            + [("routed", mean["routed"], "tab:green"), ("oracle", mean["oracle"], "tab:gray")]
+            + [(f"{a}\nalone", mean["standalone"][a], "tab:orange") for a in archs])
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.8 * len(bars)), 4.2))
+    xs = np.arange(len(bars))
+    ax.bar(xs, [v["mean"] for _, v, _ in bars], yerr=[2 * v["se"] for _, v, _ in bars],
+           color=[c for _, _, c in bars], capsize=3)
+    lo = min(v["mean"] - 2 * v["se"] for _, v, _ in bars)
+    hi = max(v["mean"] + 2 * v["se"] for _, v, _ in bars)
+    ax.set_ylim(max(0.0, lo - 0.1 * (hi - lo + 1e-6)), hi + 0.1 * (hi - lo + 1e-6))
+    ax.set_xticks(xs, [name for name, _, _ in bars], fontsize=8)
+    ax.set_ylabel("validation MLM accuracy (± 2 se)")
+    ax.set_title(f"IOT over {len(result['seeds'])} seed(s): shared orders, routed, oracle, stand-alone", fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
