@@ -320,12 +320,8 @@ def summarize(per_seed: list[dict], costs: list[dict], archs: list[str]) -> dict
     }
 
 
-def _pm(d: dict, digits: int = 4) -> str:
-    return f"{d['mean']:.{digits}f} ± {d['se']:.{digits}f}"
-
-
-def _signed(d: dict) -> str:
-    return f"{d['mean']:+.4f} ± {d['se']:.4f}"
+def _pm(d: dict, sign: str = "") -> str:  # sign "+": a difference
+    return f"{d['mean']:{sign}.4f} ± {d['se']:.4f}"
 
 
 def _report(result: dict, out: Path) -> None:
@@ -335,14 +331,14 @@ def _report(result: dict, out: Path) -> None:
     base = goal["baseline"]
     aux = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in result["auxiliary_losses"].items())
     rows = [[p["seed"], _pm(p["routed"]), f"`{p['best_shared']['arch']}` {_pm(p['best_shared'])}",
-             _signed(p["routed_minus_best_shared"]), _pm(p["oracle"]), f"{p['agreement']:.3f}",
+             _pm(p["routed_minus_best_shared"], "+"), _pm(p["oracle"]), f"{p['agreement']:.3f}",
              " / ".join(f"{100 * u:.0f}" for u in p["usage"]), _pm(p["standalone"][base]),
-             _signed(p["standalone"][base]["routed_minus_this"]),
+             _pm(p["standalone"][base]["routed_minus_this"], "+"),
              f"{p['core_minutes']['iot']:.2f}", f"{p['core_minutes']['standalone'][base]:.2f}"]
             for p in result["per_seed"]]
-    rows.append(["mean", _pm(mean["routed"]), _pm(mean["best_shared"]), _signed(mean["routed_minus_best_shared"]),
+    rows.append(["mean", _pm(mean["routed"]), _pm(mean["best_shared"]), _pm(mean["routed_minus_best_shared"], "+"),
                  _pm(mean["oracle"]), f"{mean['agreement']:.3f}", " / ".join(f"{100 * u:.0f}" for u in mean["usage"]),
-                 _pm(mean["standalone"][base]), _signed(goal["routed_minus_standalone"]),
+                 _pm(mean["standalone"][base]), _pm(goal["routed_minus_standalone"], "+"),
                  f"{mean['iot_core_minutes']:.2f}", f"{mean['baseline_core_minutes']:.2f}"])
     d = goal["routed_minus_standalone"]
     z = "n/a" if goal["z"] is None else f"{goal['z']:.2f}"
@@ -359,7 +355,7 @@ def _report(result: dict, out: Path) -> None:
           f"({result['validation']['masking']} masking); ± is a standard error (per seed: clustered by validation "
           "sequence; the mean: over seeds, or the token-level error with one seed).\n",
           f"- **goal** (routed beats the stand-alone `{base}` by more than 2 standard errors): "
-          f"**{'met' if goal['met'] else 'not met'}**: routed − stand-alone = {_signed(d)} (z = {z})",
+          f"**{'met' if goal['met'] else 'not met'}**: routed − stand-alone = {_pm(d, '+')} (z = {z})",
           f"- headroom: oracle − routed = {mean['oracle']['mean'] - mean['routed']['mean']:+.4f}; predictor agrees "
           f"with the oracle's choice on {mean['agreement']:.3f} of the instances (by chance "
           f"{mean['agreement_by_chance']:.3f})",
@@ -391,8 +387,7 @@ def _plot(result: dict, path: Path) -> None:
     xs = np.arange(len(bars))
     ax.bar(xs, [v["mean"] for _, v, _ in bars], yerr=[2 * v["se"] for _, v, _ in bars],
            color=[c for _, _, c in bars], capsize=3)
-    lo = min(v["mean"] - 2 * v["se"] for _, v, _ in bars)
-    hi = max(v["mean"] + 2 * v["se"] for _, v, _ in bars)
+    lo, hi = (f(v["mean"] + sign * 2 * v["se"] for _, v, _ in bars) for f, sign in ((min, -1), (max, 1)))
     ax.set_ylim(max(0.0, lo - 0.1 * (hi - lo + 1e-6)), hi + 0.1 * (hi - lo + 1e-6))
     ax.set_xticks(xs, [name for name, _, _ in bars], fontsize=8)
     ax.set_ylabel("validation MLM accuracy (± 2 se)")
