@@ -30,7 +30,10 @@ class Interrupted(BaseException):
 def _handler(signum, frame):
     if _state["listening"] and not _state["requested"]:
         _state["requested"] = True
-        print("\nstopping after this step (Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+        from .options import launcher_is_rank_zero
+
+        if launcher_is_rank_zero():  # a terminal's Ctrl-C reaches every DDP rank: one says it
+            print("\nstopping after this step (Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
         return
     raise KeyboardInterrupt
 
