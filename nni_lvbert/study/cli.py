@@ -11,7 +11,7 @@ STUDIES = {
                    "searched vs baselines after stand-alone pre-training, then fine-tuning with several seeds"),
     "iot": ("nni_lvbert.study.iot", "IOTStudyOptions", "run_iot_study",
             "instance-wise order (IOT) against its orders, the per-instance oracle and the best order trained "
-            "stand-alone for the same steps, over several seeds, with standard errors and cost"),
+            "stand-alone on as many sequences, over several seeds, with standard errors and cost"),
 }
 
 
