@@ -34,8 +34,9 @@ MAY_CHANGE = frozenset({
 
 
 def launcher_is_rank_zero() -> bool:
-    """True in the process that started the run (Lightning/torchrun children have a non-zero rank env)."""
-    return all(int(os.environ.get(v, "0")) == 0 for v in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+    """True in the process that started the run (Lightning/torchrun children, the processes of other nodes and
+    srun's other tasks have a non-zero rank env)."""
+    return all(int(os.environ.get(v, "0") or 0) == 0 for v in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
 
 
 # --- command line ---------------------------------------------------------------------------------------------
@@ -229,6 +230,19 @@ def publish(kind: str, opts) -> None:
 
 
 def adopt(kind: str, opts):
-    """Rank > 0: rank 0's options for this stage (unchanged when rank 0 published none, e.g. under torchrun)."""
+    """Rank > 0: rank 0's options for this stage. A rank started from outside (torchrun, SLURM, another node) has
+    none published: it runs its own command line, rank 0's; with --resume, the options rank 0 resumes with, read
+    as rank 0 reads them (`resume_from`) from the run directory, which every node must then see (a shared disk)."""
     stored = json.loads(os.environ.get(RANK0_ENV, "{}")).get(kind)
-    return _from_dict(opts, stored) if stored else opts
+    if stored:
+        return _from_dict(opts, stored)
+    if getattr(opts, "resume", False) and getattr(opts, "out", None):
+        from .rundir import RunDir
+
+        run = RunDir(opts.out, kind)
+        options = run.stored_options() if run.path.is_dir() else None
+        if options is None:
+            raise UserError(f"cannot resume {run.path} on this node (rank > 0): it holds no stored options here; "
+                            "--resume on several nodes needs the run directory on a disk every node shares")
+        return resume_from(opts, options, run.path)
+    return opts

@@ -8,11 +8,13 @@
 
 `--resume` continues whichever stage was interrupted; finished stages are kept. With `--devices N > 1`
 Lightning's DDP launcher re-runs this command for ranks 1..N-1: they only join the supernet training (with rank
-0's options) and leave the search to rank 0. With --objective, rank 0 then launches ranks afresh for the
-pre-training stage (`STAGE_ENV` tells them which stage to join); that needs Lightning's own launcher on one node,
-so under torchrun/SLURM or with `--num-nodes` > 1 `--objective` with several devices is refused (pre-train
-afterwards with `lvbert pretrain`). Every hardware option (`HardwareOptions`) goes to the supernet and pre-training
-stages as given.
+0's options) and leave the search to rank 0. Ranks started from outside (`--num-nodes N` on each node, torchrun,
+SLURM) do the same with their own command line, and on --resume read the run directory as rank 0 does (a disk
+every node shares): they join the supernet stage where it is not finished. With --objective, rank 0 then launches
+ranks afresh for the pre-training stage (`STAGE_ENV` tells them which stage to join); that needs Lightning's own
+launcher on one node, so under torchrun/SLURM or with `--num-nodes` > 1 `--objective` with several devices is
+refused (pre-train afterwards with `lvbert pretrain`). Every hardware option (`HardwareOptions`) goes to the
+supernet and pre-training stages as given.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 
 from . import layout
 from .errors import UserError
-from .options import OutputOptions, launcher_is_rank_zero, opt
+from .options import RANK0_ENV, OutputOptions, launcher_is_rank_zero, opt
 from .rundir import CHECKPOINT, META
 from .search.options import LatencyOptions, RerankOptions, StrategyOptions
 from .train_options import DataOptions, HardwareOptions
@@ -80,8 +82,16 @@ def run(opts: PipelineOptions) -> dict:
             from .pretrain.train import PretrainOptions, train_pretrain
 
             train_pretrain(PretrainOptions(out=str(out / "pretrain"), **opts.hardware_options()))  # then rank 0's
-        else:
+        elif RANK0_ENV in os.environ:  # started by rank 0's launcher: its published options
             train_supernet(supernet_options(False))
+        else:  # started from outside (another node, torchrun, SLURM): settle what rank 0 settles, from the disk
+            opts = out.begin(opts)  # --resume: OUT/options.json (`options.adopt`)
+            _check_pretrain(opts)  # rank 0's refusal here too, rather than waiting for it
+            flags = RunDir(supernet_dir, "supernet").continuation() if opts.resume else {"resume": False}
+            if flags is None:  # the supernet is trained: nothing to join
+                print(f"note: {supernet_dir} is trained; the search runs on rank 0 only", file=sys.stderr)
+            else:
+                train_supernet(supernet_options(flags["resume"]))
         return 0
 
     opts = out.begin(opts)

@@ -125,7 +125,14 @@ def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), hi
 
             evaluator = Lightning(module, trainer, datamodule=datamodule,
                                   fit_kwargs={"ckpt_path": resume_from} if resume_from else None)
-            run_nas_experiment(space, evaluator, strategy, run.path / "nni")
+            if run.is_rank_zero:
+                run_nas_experiment(space, evaluator, strategy, run.path / "nni")
+            else:  # a DDP rank > 0 (another node too, on a shared disk): its NNI files stay out of the run directory
+                import tempfile
+                from pathlib import Path
+
+                with tempfile.TemporaryDirectory(prefix="lvbert-nni-", ignore_cleanup_errors=True) as workdir:
+                    run_nas_experiment(space, evaluator, strategy, Path(workdir))
         else:
             trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
     session = time.time() - start
@@ -197,11 +204,16 @@ class Training:
 
     def check(self) -> int:
         """Every resolved step/batch/validation/checkpoint number is >= 1 and the global batch splits evenly over
-        the devices; returns the batch size per device."""
+        the devices of every node; returns the batch size per device."""
         o = self.opts
-        check_positive(**{k: o.resolved(k) for k in SCHEDULE})
-        _, n = parse_devices(o.devices, o.resolved("batch_size"))
-        return o.resolved("batch_size") // n
+        check_positive(num_nodes=o.num_nodes, **{k: o.resolved(k) for k in SCHEDULE})
+        batch = o.resolved("batch_size")
+        _, n = parse_devices(o.devices, batch)
+        ranks = n * o.num_nodes  # --num-nodes N: the global batch is split over N x devices ranks, not N x batch
+        if batch % ranks:
+            raise UserError(f"batch size {batch} is not divisible by {ranks} devices ({n} per node x {o.num_nodes} "
+                            "nodes)")
+        return batch // ranks
 
     def schedule(self) -> dict:
         """The optimisation settings of an `MLMModule` (and its subclasses)."""
