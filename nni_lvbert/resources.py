@@ -35,13 +35,15 @@ EXPERIMENTS_DIR = resource_dir("experiments")
 SEARCH_CONFIG = EXPERIMENTS_DIR / "search.yml"  # `lvbert search nnictl` default
 SUPERNET_CONFIG = EXPERIMENTS_DIR / "supernet.yml"
 IOT_CONFIG = EXPERIMENTS_DIR / "iot.yml"
+STANDALONE_CONFIG = EXPERIMENTS_DIR / "standalone.yml"  # template of `python -m nni_lvbert.study.nnictl`
 SEARCH_SPACE_JSON = EXPERIMENTS_DIR / "search_space.json"  # = `lvbert search space-json --space lvbert`
 SUPERNET_SPACE_JSON = EXPERIMENTS_DIR / "supernet_space.json"
 # Loaded by NNI's Node process (NODE_OPTIONS=--require): servers that listen on a bare port listen on
 # $NNI_BIND_HOST (default 127.0.0.1) instead of all interfaces.
 BIND_JS_FILE = EXPERIMENTS_DIR / "bind_localhost.js"
 
-EXPERIMENT_FILES = (SEARCH_CONFIG, SUPERNET_CONFIG, IOT_CONFIG, SEARCH_SPACE_JSON, SUPERNET_SPACE_JSON, BIND_JS_FILE)
+EXPERIMENT_FILES = (SEARCH_CONFIG, SUPERNET_CONFIG, IOT_CONFIG, STANDALONE_CONFIG, SEARCH_SPACE_JSON,
+                    SUPERNET_SPACE_JSON, BIND_JS_FILE)
 
 
 def space_files() -> list[Path]:

@@ -112,9 +112,10 @@ def standalone_specs(orders: list[tuple[Arch, str]], seeds, **common) -> list[tu
             for seed in seeds for arch, role in orders]
 
 
-def run_ranking(opts: RankingOptions) -> dict:
-    import numpy as np
-
+def plan_ranking(opts: RankingOptions):
+    """The study's inputs, checked, nothing written: (options as resumed, the stratified count, seeds per order,
+    rankers, budget, reference scorer, orders). `run_ranking` and `nnictl.py` (the ground truth as an nnictl
+    experiment) share it, so both train the same model keys."""
     from .rankers import parse_rankers
 
     opts = begin(opts, "study")
@@ -140,6 +141,18 @@ def run_ranking(opts: RankingOptions) -> dict:
         orders = study_orders(ref.spec, n, opts.seed, opts.searched, opts.baselines, opts.order_set)
     if len(orders) < 3:
         raise UserError(f"rank correlations need at least 3 orders, got {len(orders)}")
+    return opts, n, k, rankers, budget, ref, orders
+
+
+def study_common(opts: RankingOptions, ref) -> dict:
+    """`standalone_spec`'s keywords (but budget) for the study's models: the reference supernet's shape and data."""
+    return dict(size=preset_size(ref), cfg=ref.cfg.to_dict(), data=ref.val_stats["data"], data_seed=opts.data_seed)
+
+
+def run_ranking(opts: RankingOptions) -> dict:
+    import numpy as np
+
+    opts, n, k, rankers, budget, ref, orders = plan_ranking(opts)
     out = start(opts)
     if not (out / ORDERS).is_file():
         from .orders import composition
@@ -150,10 +163,8 @@ def run_ranking(opts: RankingOptions) -> dict:
     archs = [a for a, _ in orders]
 
     # 2. the ground truth: every order x seed, stand-alone, scored on every validation token
-    data = ref.val_stats["data"]
-    size = preset_size(ref)
-
-    common = dict(size=size, cfg=ref.cfg.to_dict(), data=data, data_seed=opts.data_seed)
+    common = study_common(opts, ref)
+    data, size = common["data"], common["size"]
 
     def spec_of(arch: Arch, seed: int, b=budget) -> Standalone:
         return standalone_spec(arch, seed, budget=b, **common)

@@ -1,0 +1,140 @@
+"""A study's stand-alone trainings as an NNI experiment: one nnictl trial per model of the model store.
+
+    python -m nni_lvbert.study.nnictl ranking --nnictl DIR [--trial-concurrency N] [lvbert study ranking options]
+
+builds the study's model specs exactly as `lvbert study ranking` does (`ranking.plan_ranking`, `study_common`,
+`standalone_specs`: the ground truth's orders x seeds, then each `short:N` ranker's models), trains nothing and
+writes into DIR:
+
+    standalone.yml          experiments/standalone.yml (trialConcurrency set): GridSearch over the model keys, the
+                            local training service (commented: gpuIndices, maxTrialNumberPerGpu, a remote machine).
+                            Kept when it exists, so the user's edits of the training service survive a rewrite.
+    standalone_space.json   {"model": {"_type": "choice", "_value": [model keys]}}: one trial per key
+    models.json             {"store": STORE, "models": {key: {"what": ..., "spec": Standalone fields}}} (absolute
+                            paths: trials run in DIR, on any machine that mounts the store and the data there)
+    bind_localhost.js       the web UI on 127.0.0.1 only: NODE_OPTIONS="--require $PWD/DIR/bind_localhost.js"
+
+Each trial (`study/trial.py`) trains its key into the store with `store.train_standalone` and reports to NNI. Once
+the experiment is done, the same `lvbert study ranking` command finds every model finished and only scores them.
+`rerank:K:N` rankers train models that depend on the first stage's scores: the study trains those itself.
+The study directory (--out) is not written: orders are drawn from --seed as the study draws them (with --resume,
+the study directory's stored orders are used).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+from ..atomic import copy_file, write_json, write_text
+from ..errors import UserError
+from .common import Budget, log
+from .store import Standalone, standalone_spec
+
+CONFIG = "standalone.yml"  # the shipped template's name (experiments/standalone.yml) and the written config's
+SPACE = "standalone_space.json"
+MODELS = "models.json"
+
+
+def ranking_specs(opts) -> tuple[list[tuple[str, Standalone]], Path]:
+    """(description, spec) of every stand-alone training `lvbert study ranking` with `opts` runs before its rankers
+    (the ground truth, then `short:N`), each key once, and the model store."""
+    from .ranking import plan_ranking, standalone_specs, study_common
+
+    opts, _, k, rankers, budget, ref, orders = plan_ranking(opts)
+    common = study_common(opts, ref)
+    specs = standalone_specs(orders, range(opts.seed, opts.seed + k), budget=budget, **common)
+    for r in rankers:
+        if r.kind == "short":  # as ranking._ranker_result's short_spec: the study's seed, N steps
+            specs += [(f"{r.name}: {a.compact}", standalone_spec(a, opts.seed, budget=budget.shortened(int(r.arg)),
+                                                                 **common)) for a, _ in orders]
+    unique = {}
+    for what, spec in specs:
+        unique.setdefault(spec.dirname(), (what, spec))
+    return list(unique.values()), opts.store()
+
+
+def spec_json(spec: Standalone) -> dict:
+    """A spec as models.json holds it: the data as an absolute path (the key resolves it anyway: same key)."""
+    return {**dataclasses.asdict(spec), "data": str(Path(spec.data).resolve())}
+
+
+def spec_from_json(values: dict) -> Standalone:
+    return Standalone(**{**values, "budget": Budget(**values["budget"])})
+
+
+def write_experiment(dest: Path, specs: list[tuple[str, Standalone]], store: Path, concurrency: int = 2) -> dict:
+    """DIR/standalone.yml (unless there), DIR/standalone_space.json and DIR/models.json (see the module docstring)."""
+    from ..resources import BIND_JS_FILE, EXPERIMENTS_DIR
+
+    if concurrency < 1:
+        raise UserError(f"--trial-concurrency must be at least 1, got {concurrency}")
+    if dest.exists() and not dest.is_dir():
+        raise UserError(f"{dest} exists and is not a directory")
+    if not specs:
+        raise UserError("no stand-alone trainings to write")
+    models = {spec.dirname(): {"what": what, "spec": spec_json(spec)} for what, spec in specs}
+    config = dest / CONFIG
+    try:
+        write_json(dest / MODELS, {"store": str(store.resolve()), "models": models})
+        write_json(dest / SPACE, {"model": {"_type": "choice", "_value": list(models)}})
+        copy_file(BIND_JS_FILE, dest / BIND_JS_FILE.name)
+        kept = config.is_file()
+        if kept:
+            log(f"kept {config} (edited or written before); trialConcurrency there is what counts")
+        else:
+            text = (EXPERIMENTS_DIR / CONFIG).read_text(encoding="utf-8")
+            text, n = re.subn(r"(?m)^trialConcurrency: \d+$", f"trialConcurrency: {concurrency}", text)
+            if n != 1:
+                raise UserError(f"the shipped {CONFIG} has no trialConcurrency line (package damaged?)")
+            write_text(config, text)
+    except OSError as exc:
+        raise UserError(f"cannot write into {dest}: {exc.strerror or exc}") from None
+    finished = sum((store / key / "meta.json").is_file() for key in models)
+    return {"config": str(config), "models": len(models), "finished": finished, "store": str(store),
+            "kept_config": kept}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..cliargs import add_command
+    from .ranking import RankingOptions
+
+    parser = argparse.ArgumentParser(prog="python -m nni_lvbert.study.nnictl",
+                                     description="write a study's stand-alone trainings as an nnictl experiment")
+    sub = parser.add_subparsers(dest="study", metavar="STUDY", required=True)
+    p = add_command(sub, "ranking", "the stand-alone trainings of `lvbert study ranking` with these options",
+                    RankingOptions, None)
+    g = p.add_argument_group("nnictl experiment")
+    g.add_argument("--nnictl", required=True, metavar="DIR", help="experiment folder to write (standalone.yml, "
+                   "standalone_space.json, models.json)")
+    g.add_argument("--trial-concurrency", type=int, default=2, metavar="N",
+                   help="trials at a time in a newly written standalone.yml (default 2)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..argcheck import parse_args
+    from ..cliargs import options_from_args, print_result
+    from ..options import given_dests
+
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(parser, argv)
+    args.given = given_dests(parser, args, argv)
+    try:
+        from .ranking import RankingOptions
+
+        opts = options_from_args(RankingOptions, args)
+        specs, store = ranking_specs(opts)
+        result = write_experiment(Path(args.nnictl), specs, store, args.trial_concurrency)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print_result(result, getattr(args, "json", False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""A study's stand-alone trainings as an NNI experiment (`python -m nni_lvbert.study.nnictl`,
+experiments/standalone.yml, `python -m nni_lvbert.study.trial`): the written folder, the trial's one-line errors,
+and a real `nnictl create` (local training service, 2 trials at a time) whose models `lvbert study ranking` then
+reads with the same keys and the same scores as when it trains them itself."""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nni_lvbert.resources import EXPERIMENT_FILES, STANDALONE_CONFIG
+from nni_lvbert.study import nnictl as writer
+from tests.conftest import free_port, one_error_line, run_cli
+from tests.nnictl_helpers import wait_for_trials
+
+# 4 orders x 1 seed at the --quick budget (30 steps)
+STUDY = ["--quick", "--num-archs", "4", "--no-baselines", "--num-seeds", "1", "--no-progress"]
+
+
+def _write(tiny, tmp_path, capsys, *extra):
+    args = ["ranking", "--nnictl", str(tmp_path / "exp"), "--supernet", str(tiny["run"]), *STUDY,
+            "--models", str(tmp_path / "store"), "--out", str(tmp_path / "study"), *extra]
+    code = writer.main(args)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return tmp_path / "exp"
+
+
+def _trial(exp: Path, *args, env=None):
+    return subprocess.run([sys.executable, "-m", "nni_lvbert.study.trial", "--specs", "models.json", *args],
+                          cwd=exp, capture_output=True, text=True, timeout=240, env=env)
+
+
+def test_the_written_experiment_has_the_studys_keys_and_the_shipped_config(tiny, tmp_path, capsys, one_thread):
+    from nni_lvbert.study.ranking import RankingOptions, plan_ranking, standalone_specs, study_common
+
+    assert STANDALONE_CONFIG in EXPERIMENT_FILES  # init-experiment and the wheel carry the template
+    exp = _write(tiny, tmp_path, capsys, "--trial-concurrency", "3")
+    config = yaml.safe_load((exp / "standalone.yml").read_text())
+    shipped = yaml.safe_load(STANDALONE_CONFIG.read_text())
+    assert config == dict(shipped, trialConcurrency=3)
+    assert config["tuner"] == {"name": "GridSearch"} and config["trainingService"]["platform"] == "local"
+    assert config["searchSpaceFile"] == "standalone_space.json" and config["trialCodeDirectory"] == "."
+    models = json.loads((exp / "models.json").read_text())
+    space = json.loads((exp / "standalone_space.json").read_text())
+    assert space == {"model": {"_type": "choice", "_value": list(models["models"])}}
+    assert models["store"] == str((tmp_path / "store").resolve()) and not (tmp_path / "study").exists()
+    assert (exp / "bind_localhost.js").read_text() == STANDALONE_CONFIG.with_name("bind_localhost.js").read_text()
+    # the keys the study trains in process, in its order (seed-major)
+    opts = RankingOptions(supernet=str(tiny["run"]), quick=True, num_archs=4, baselines=False, num_seeds=1,
+                          out=str(tmp_path / "study"))
+    opts, _, k, _, budget, ref, orders = plan_ranking(opts)
+    expected = [s.dirname() for _, s in standalone_specs(orders, range(k), budget=budget, **study_common(opts, ref))]
+    assert list(models["models"]) == expected and len(expected) == 4
+    spec = writer.spec_from_json(models["models"][expected[0]]["spec"])
+    assert spec.dirname() == expected[0] and spec.budget.steps == 30
+    # written again (another ranker): the edited config is kept, the models and the space are rewritten
+    (exp / "standalone.yml").write_text((exp / "standalone.yml").read_text() + "# my edit\n")
+    _write(tiny, tmp_path, capsys, "--rankers", "spos", "short:10")
+    assert (exp / "standalone.yml").read_text().endswith("# my edit\n")
+    again = json.loads((exp / "models.json").read_text())["models"]
+    assert list(again)[:4] == expected and len(again) == 8
+    assert all(m["spec"]["budget"]["steps"] == 10 for m in list(again.values())[4:])
+    # bad input: one line
+    code = writer.main(["ranking", "--nnictl", str(exp), "--supernet", str(tiny["run"]), *STUDY,
+                        "--trial-concurrency", "0"])
+    assert code == 2 and "--trial-concurrency" in one_error_line(capsys.readouterr().err, alone=False)
+    code = writer.main(["ranking", "--nnictl", str(exp), "--quick"])
+    assert code == 2 and "--supernet" in one_error_line(capsys.readouterr().err, alone=False)
+
+
+def test_a_trial_fails_with_one_error_line(tiny, tmp_path, capsys, one_thread):
+    exp = _write(tiny, tmp_path, capsys)
+    env = {k: v for k, v in os.environ.items() if k != "NNI_EXP_ID"}
+    for args, needle in ((["--model", "nope"], "model nope is not in"),
+                         ([], "give the model with --model KEY")):
+        out = _trial(exp, *args, env=env)
+        assert out.returncode == 2 and needle in one_error_line(out.stderr), out.stderr
+    models = json.loads((exp / "models.json").read_text())
+    key = next(iter(models["models"]))
+    models["models"][key]["spec"]["seed"] = 7  # a spec that no longer gives its key
+    (exp / "models.json").write_text(json.dumps(models))
+    out = _trial(exp, "--model", key, env=env)
+    assert out.returncode == 2 and "rebuilds as" in one_error_line(out.stderr), out.stderr
+
+
+def _metrics(port: int) -> list[dict]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/metric-data", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def _value(m: dict):
+    data = json.loads(m["data"])
+    return json.loads(data) if isinstance(data, str) else data
+
+
+@pytest.mark.slow
+def test_nnictl_trains_the_models_the_study_then_reads_as_its_own(tiny, tmp_path, capsys, one_thread):
+    from nni_lvbert.search.nnictl import _nnictl
+
+    exp = _write(tiny, tmp_path, capsys)
+    keys = json.loads((exp / "standalone_space.json").read_text())["model"]["_value"]
+    space = {"model": {"_type": "choice", "_value": [*keys, "missing-key"]}}  # one trial that fails, loudly
+    (exp / "standalone_space.json").write_text(json.dumps(space))
+    config = exp / "standalone.yml"
+    config.write_text(config.read_text() + f"experimentWorkingDirectory: {tmp_path / 'nni'}\n")
+    env = dict(os.environ, OMP_NUM_THREADS="1", NNI_BIND_HOST="127.0.0.1",
+               NODE_OPTIONS=f"--require {exp / 'bind_localhost.js'}",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    port, started = free_port(), time.time()
+    out = subprocess.run([_nnictl(), "create", "--config", str(config), "--port", str(port)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
+    match = re.search(r"Experiment ID:\s*(\w+)", text) or re.search(r"experiment id is\s+(\w+)", text)
+    assert out.returncode == 0 and match, text[-2000:]
+    try:
+        jobs = wait_for_trials(port, len(keys) + 1, timeout=300)
+        metrics = _metrics(port)
+    finally:
+        subprocess.run([_nnictl(), "stop", match.group(1)], capture_output=True, timeout=120)
+    took = time.time() - started
+    by_key = {json.loads(j["hyperParameters"][0])["parameters"]["model"]: j for j in jobs}
+    assert {k: by_key[k]["status"] for k in keys} == dict.fromkeys(keys, "SUCCEEDED"), jobs
+    assert by_key["missing-key"]["status"] == "FAILED"
+    stderr = next((tmp_path / "nni").glob(f"{match.group(1)}/environments/*/trials/"
+                                          f"{by_key['missing-key']['trialJobId']}/trial.stderr"))
+    assert "model missing-key is not in models.json" in one_error_line(stderr.read_text(), alone=False)
+    final = {m["trialJobId"]: _value(m) for m in metrics if m["type"] == "FINAL"}
+    curve = [m for m in metrics if m["type"] == "PERIODICAL"]
+    assert len(final) == len(keys) and len(curve) == len(keys)  # one validation per model: at its last step
+    reported = {k: final[by_key[k]["trialJobId"]] for k in keys}
+    assert all(r["steps"] == 30 and r["trained"] == 1 and 0 <= r["default"] <= 1 for r in reported.values())
+
+    # the study on the nnictl store trains nothing; on an empty store it trains the same keys in process
+    study = ["study", "ranking", "--supernet", str(tiny["run"]), *STUDY, "--rankers", "zc:synflow", "--json"]
+    stores = {}
+    for name in ("nnictl", "in-process"):
+        store = tmp_path / ("store" if name == "nnictl" else "store-in-process")
+        code, _, err = run_cli([*study, "--models", str(store), "--out", str(tmp_path / f"study-{name}")], capsys)
+        assert code == 0, err
+        assert ("stand-alone MLM training of" in err) == (name == "in-process"), err
+        truth = json.loads((tmp_path / f"study-{name}" / "ground_truth.json").read_text())["models"]
+        stores[name] = (store, truth)
+    (_, nn_truth), (ip_store, ip_truth) = stores["nnictl"], stores["in-process"]
+    assert sorted(nn_truth) == sorted(ip_truth) == sorted(keys)
+    for key in keys:
+        assert nn_truth[key]["score"] == pytest.approx(ip_truth[key]["score"], rel=1e-5, abs=1e-6)
+        ip_final = json.loads((ip_store / key / "meta.json").read_text())["final"]
+        assert reported[key]["default"] == pytest.approx(ip_final["val_mlm_acc"], rel=1e-5, abs=1e-6)
+    # the experiment run again: its trials find their models finished and only report them
+    out = _trial(exp, "--model", keys[0], env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert out.returncode == 0 and json.loads(out.stdout)["trained"] == 0, out.stderr
+    print(f"nnictl experiment of {len(keys)} models + 1 failing: {took:.0f} s")
