@@ -54,6 +54,15 @@ class TrialReporter:
         self._send("report_final_result", metric)
 
 
+# --- Parameters of trials started together ----------------------------------------------------------------------
+# NNI 3.0's local training service can hand two trials that start at the same moment each other's parameters: the
+# trial job (web UI, REST trial-jobs, TrialJobEvent) lists parameter N while the process received parameter M and
+# reports its metrics under M (MetricData.parameterId is right; seen with GridSearch and trialConcurrency 2,
+# tests/test_standalone_nnictl.py). So a trial that trains a named thing reports the name in its final metric
+# (study/trial.py: "model"), and results are matched by parameterId or by that name, never by the job's listing.
+# Drop when: a trial job's listed parameters are always the ones its process received.
+
+
 # --- Tuner after `nnictl resume` ---------------------------------------------------------------------------------
 # NNI 3.0's MsgDispatcher (nni/runtime/msg_dispatcher.py) re-runs the trials that were running when the experiment
 # stopped, but handle_add_customized_trial only records their parameter ids and handle_trial_end drops the end of any

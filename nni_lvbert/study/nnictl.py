@@ -1,8 +1,8 @@
 """A study's stand-alone trainings as an NNI experiment: one nnictl trial per model of the model store.
 
-    python -m nni_lvbert.study.nnictl ranking --nnictl DIR [--trial-concurrency N] [lvbert study ranking options]
+    lvbert study ranking --nnictl DIR [--trial-concurrency N] [the study's other options]
 
-builds the study's model specs exactly as `lvbert study ranking` does (`ranking.plan_ranking`, `study_common`,
+builds the study's model specs exactly as the study itself does (`ranking.plan_ranking`, `study_common`,
 `standalone_specs`: the ground truth's orders x seeds, then each `short:N` ranker's models), trains nothing and
 writes into DIR:
 
@@ -22,10 +22,8 @@ the study directory's stored orders are used).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
-import sys
 from pathlib import Path
 
 from ..atomic import copy_file, write_json, write_text
@@ -95,46 +93,3 @@ def write_experiment(dest: Path, specs: list[tuple[str, Standalone]], store: Pat
     finished = sum((store / key / "meta.json").is_file() for key in models)
     return {"config": str(config), "models": len(models), "finished": finished, "store": str(store),
             "kept_config": kept}
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from ..cliargs import add_command
-    from .ranking import RankingOptions
-
-    parser = argparse.ArgumentParser(prog="python -m nni_lvbert.study.nnictl",
-                                     description="write a study's stand-alone trainings as an nnictl experiment")
-    sub = parser.add_subparsers(dest="study", metavar="STUDY", required=True)
-    p = add_command(sub, "ranking", "the stand-alone trainings of `lvbert study ranking` with these options",
-                    RankingOptions, None)
-    g = p.add_argument_group("nnictl experiment")
-    g.add_argument("--nnictl", required=True, metavar="DIR", help="experiment folder to write (standalone.yml, "
-                   "standalone_space.json, models.json)")
-    g.add_argument("--trial-concurrency", type=int, default=2, metavar="N",
-                   help="trials at a time in a newly written standalone.yml (default 2)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ..argcheck import parse_args
-    from ..cliargs import options_from_args, print_result
-    from ..options import given_dests
-
-    parser = build_parser()
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(parser, argv)
-    args.given = given_dests(parser, args, argv)
-    try:
-        from .ranking import RankingOptions
-
-        opts = options_from_args(RankingOptions, args)
-        specs, store = ranking_specs(opts)
-        result = write_experiment(Path(args.nnictl), specs, store, args.trial_concurrency)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print_result(result, getattr(args, "json", False))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

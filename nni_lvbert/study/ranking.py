@@ -45,7 +45,7 @@ RESULT = "ranking.json"
 @dataclass
 class RankingOptions(StudyOptions):
     # a resumed study may compare other rankers: each is kept by name (rankers/), the ground truth stays
-    MAY_CHANGE_ON_RESUME: ClassVar[frozenset[str]] = frozenset({"rankers"})
+    MAY_CHANGE_ON_RESUME: ClassVar[frozenset[str]] = frozenset({"rankers", "nnictl", "trial_concurrency"})
 
     out: str = f"{layout.STUDY}/ranking"
     # the reference supernet: its space, shape and data define the study; the ranker `spos`
@@ -72,6 +72,11 @@ class RankingOptions(StudyOptions):
     val_masking: str = opt("full", "full: every validation token masked once over 7 rounds (default); fixed: the "
                                    "split's fixed 15 %% masking (7x cheaper, noisier)", choices=["full", "fixed"],
                            group="")
+    nnictl: str | None = opt(None, "write the stand-alone trainings (ground truth, short:N) as an nnictl experiment "
+                                   "into DIR (standalone.yml, its space, models.json) instead of training them here; "
+                                   "run it with nnictl, then this study with the same --models", metavar="DIR",
+                             group="")
+    trial_concurrency: int = opt(2, "with --nnictl: trialConcurrency of a newly written standalone.yml", group="")
     rank_by: str = opt("acc", "rank by validation MLM accuracy (default) or loss", choices=["acc", "loss"], group="")
 
 
@@ -152,6 +157,11 @@ def study_common(opts: RankingOptions, ref) -> dict:
 def run_ranking(opts: RankingOptions) -> dict:
     import numpy as np
 
+    if opts.nnictl:  # the trainings as an nnictl experiment (study/nnictl.py): nothing trained or scored here
+        from .nnictl import ranking_specs, write_experiment
+
+        specs, store = ranking_specs(opts)
+        return write_experiment(Path(opts.nnictl), specs, store, opts.trial_concurrency)
     opts, n, k, rankers, budget, ref, orders = plan_ranking(opts)
     out = start(opts)
     if not (out / ORDERS).is_file():

@@ -7,8 +7,8 @@ The model key comes from the tuner (`nni.get_next_parameter()["model"]`; `--mode
 rebuilt from models.json and must give the same key (same spec, same directory name as the study's in-process path);
 `store.train_standalone` trains it into the store, or skips it when finished there (resumes it when interrupted,
 waits when another process holds its lock). Then, from the run's meta.json, every validation record's MLM accuracy
-is an intermediate result and the final one the final result ({"default": accuracy, "val_mlm_loss", "steps",
-"trained"}: trained 0 when the store had it). The store trains with `--val-every` = the budget's steps, so the curve
+is an intermediate result and the final one the final result ({"default": accuracy, "model": key, "val_mlm_loss",
+"steps", "trained"}: trained 0 when the store had it). The store trains with `--val-every` = the budget's steps, so the curve
 is one point per model unless the run was resumed from a longer one. A failed trial exits non-zero with one
 `error:` line last on stderr (NNI's web UI: the trial's stderr log).
 """
@@ -30,7 +30,7 @@ def run_trial(specs_file: Path, key: str | None) -> dict:
     listing = read_json(specs_file, "models.json of a stand-alone experiment")
     models = listing.get("models")
     if not isinstance(models, dict) or "store" not in listing:
-        raise UserError(f"{specs_file} is not a models.json written by `python -m nni_lvbert.study.nnictl`")
+        raise UserError(f"{specs_file} is not a models.json written by `lvbert study ranking --nnictl DIR`")
     reporting = in_nni_trial()
     if key is None:
         if not reporting:
@@ -57,7 +57,9 @@ def run_trial(specs_file: Path, key: str | None) -> dict:
     final = meta.get("final") or {}
     if "val_mlm_acc" not in final:
         raise UserError(f"{path}/meta.json has no final val_mlm_acc")
-    result = {"default": float(final["val_mlm_acc"]), "steps": int(meta.get("steps", 0)), "trained": int(not before)}
+    # the key in the metric itself: NNI may list another trial's parameters beside it (nni_compat/trials.py)
+    result = {"default": float(final["val_mlm_acc"]), "model": key, "steps": int(meta.get("steps", 0)),
+              "trained": int(not before)}
     if "val_mlm_loss" in final:
         result["val_mlm_loss"] = float(final["val_mlm_loss"])
     if reporting:
@@ -67,7 +69,7 @@ def run_trial(specs_file: Path, key: str | None) -> dict:
             if "val_mlm_acc" in record:
                 nni.report_intermediate_result(float(record["val_mlm_acc"]))
         nni.report_final_result(result)
-    return {"model": key, "run": str(path), **result}
+    return {"run": str(path), **result}
 
 
 def main(argv: list[str] | None = None) -> int:
