@@ -36,5 +36,6 @@ def run_study(args) -> dict:
     mod = importlib.import_module(module)
     result = getattr(mod, fn)(options_from_args(getattr(mod, cls), args))
     keys = ("kendall_tau", "kendall_tau_ci95", "spearman_rho", "spearman_rho_ci95", "n", "seeds", "budget",
-            "orders", "noise_ceiling", "seed_std_median", "rankers", "goal", "result")
+            "orders", "noise_ceiling", "seed_std_median", "rankers", "goal", "result",
+            "config", "models", "finished", "store", "kept_config")  # ranking --nnictl: the experiment written
     return {"study": args.study, "out": args.out, **{k: result[k] for k in keys if k in result}}
