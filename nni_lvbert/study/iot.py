@@ -34,7 +34,7 @@ from ..iot.defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 from ..options import opt
 from ..rundir import OPTIONS, RunDir
 from ..safeio import read_json
-from .common import StudyOptions, begin, log, shown_path, shown_stats, start
+from .common import StudyOptions, begin_on_supernet, log, shown_path, shown_stats, start
 from .stats import markdown_table
 
 RESULT = "iot.json"
@@ -236,12 +236,8 @@ def run_iot_study(opts: IOTStudyOptions) -> dict:
     from ..iot.orders import resolve_orders
     from ..iot.train import IOTOptions, check_options
 
-    opts = begin(opts, "study")
-    if not opts.supernet:
-        raise UserError("give the reference supernet with --supernet RUN (IOT starts from it)")
+    opts = begin_on_supernet(opts, "IOT starts from it", _defaults(opts)[0])
     k, m = _defaults(opts)
-    if k < 1:
-        raise UserError(f"--num-seeds must be at least 1, got {k}")
     budget = opts.budget()
     from ..supernet.rundir import load_supernet  # torch: once the options are checked
 

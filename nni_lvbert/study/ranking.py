@@ -31,7 +31,7 @@ from ..errors import UserError
 from ..options import opt
 from ..rundir import RunDir
 from ..safeio import read_json
-from .common import StudyOptions, begin, log, shown_path, shown_stats, start
+from .common import StudyOptions, begin_on_supernet, log, shown_path, shown_stats, start
 from .ranking_plots import plot_cost, plot_scatter, plot_truth
 from .reanalyse import ceiling_lines, group_tables, other_seeds_cell, pick_cell, reanalyse, searched_line, vs_cell
 from .stats import kendall, markdown_table, noise_ceiling, rank_correlations, regret, top_overlap
@@ -123,12 +123,8 @@ def plan_ranking(opts: RankingOptions):
     experiment) share it, so both train the same model keys."""
     from .rankers import parse_rankers
 
-    opts = begin(opts, "study")
-    if not opts.supernet:
-        raise UserError("give the reference supernet with --supernet RUN (its space, shape and data)")
+    opts = begin_on_supernet(opts, "its space, shape and data", _defaults(opts)[1])
     n, k = _defaults(opts)
-    if k < 1:
-        raise UserError(f"--num-seeds must be at least 1, got {k}")
     if opts.rank_by not in ("acc", "loss"):
         raise UserError(f"--rank-by must be acc or loss, got {opts.rank_by!r}")
     rankers = parse_rankers(opts.rankers or ["spos"], opts.supernet)
