@@ -217,7 +217,7 @@ def run_ranking(opts: RankingOptions) -> dict:
               "rankers": table, "rows": rows,
               "ranker_details": {name: {key: v for key, v in res.items() if key not in ("scores", "metrics")}
                                  for name, res in results.items()}}
-    result = reanalyse(result)
+    result = reanalyse(result, 200 if opts.quick else 2000)  # --quick checks the chain: fewer resamples
     _report(result, out)
     write_json(out / RESULT, result)
     return {key: result[key] for key in ("orders", "noise_ceiling", "seed_std_median")} | {
