@@ -11,7 +11,6 @@ import torch
 
 from ..errors import UserError
 from ..modeling import masked_rows, mlm_accuracy
-from .defaults import BATCH_SIZE, VAL_TOKENS
 
 MASKINGS = ("fixed", "full")
 
@@ -146,16 +145,23 @@ def batches_metrics(head, hidden, batches: list[ValBatch]) -> dict:
         sums["n"].index_add_(0, rows, torch.ones_like(b.target, dtype=torch.float64))
         sums["correct"].index_add_(0, rows, mlm_correct(logits, b.target).double())
         sums["loss"].index_add_(0, rows, F.cross_entropy(logits, b.target, reduction="none").double())
-    n, keep = sums["n"].cpu(), sums["n"].cpu() > 0
-    n = n[keep]
-    total, seqs = float(n.sum()), int(keep.sum())
-    out = {"masked_tokens": int(total), "sequences": seqs}
+    n = sums["n"].cpu()
+    out = {"masked_tokens": int(n.sum()), "sequences": int((n > 0).sum())}
     for name, key in (("correct", "mlm_acc"), ("loss", "mlm_loss")):
-        y = sums[name].cpu()[keep]
-        mean = float(y.sum()) / total
-        var = seqs / max(seqs - 1, 1) * float(((y - mean * n) ** 2).sum()) / total ** 2
-        out[key], out[f"{key}_se"] = mean, var ** 0.5
+        out[key], out[f"{key}_se"] = ratio_and_se(sums[name].cpu(), n)
     return out
+
+
+def ratio_and_se(y, n) -> tuple[float, float]:
+    """sum y / sum n and its standard error, cluster-robust: y and n summed per cluster (a validation sequence;
+    clusters with n = 0 left out), the ratio-estimator variance (S/(S-1)) sum_i (y_i - m n_i)^2 / N^2 over the S
+    clusters, N = sum n_i. numpy arrays or torch tensors (`batches_metrics`, the IOT study's per-row sums)."""
+    keep = n > 0
+    y, n = y[keep], n[keep]
+    s, total = len(n), float(n.sum())
+    mean = float(y.sum()) / total
+    var = s / max(s - 1, 1) * float(((y - mean * n) ** 2).sum()) / total ** 2
+    return mean, var ** 0.5
 
 
 def model_metrics(model, batches) -> dict:

@@ -168,15 +168,13 @@ def model_rows(model, batches) -> dict:
 
 
 def clustered(y, n, seq) -> dict:
-    """Ratio mean sum y / sum n with its standard error clustered by sequence (as `batches_metrics`)."""
+    """Ratio mean sum y / sum n of per-row sums with its standard error clustered by sequence
+    (`search.validation.ratio_and_se`, as `batches_metrics`)."""
+    from ..search.validation import ratio_and_se
+
     size = int(seq.max()) + 1
-    ys, ns = np.bincount(seq, y, size), np.bincount(seq, n, size)
-    keep = ns > 0
-    ys, ns = ys[keep], ns[keep]
-    s, total = len(ns), ns.sum()
-    mean = ys.sum() / total
-    var = s / max(s - 1, 1) * float(((ys - mean * ns) ** 2).sum()) / total ** 2
-    return {"mean": float(mean), "se": var ** 0.5}
+    mean, se = ratio_and_se(np.bincount(seq, y, size), np.bincount(seq, n, size))
+    return {"mean": mean, "se": se}
 
 
 def score_seed(rows: dict, alone: dict[str, dict], archs: list[str]) -> dict:
