@@ -26,7 +26,7 @@ from .errors import UserError
 from .nni_compat import TrialReporter, in_nni_trial, run_nas_experiment
 from .options import to_dict
 from .rundir import CHECKPOINT, META, RunDir
-from .train_options import SCHEDULE, TrainOptions, check_positive, parse_devices, with_presets
+from .train_options import SCHEDULE, TrainOptions, check_positive, parse_devices
 
 
 def begin(opts: TrainOptions, kind: str) -> TrainOptions:
@@ -51,9 +51,9 @@ def no_library_progress_bars() -> None:
 
 
 def open_run(opts: TrainOptions, kind: str) -> RunDir:
-    """Rank 0, once every option is checked: `RunDir.open` (check/empty/create the directory, store options.json with
-    the presets written out for a new run, publish the options to the DDP ranks). Other ranks only get the RunDir."""
-    return RunDir(opts.out, kind).open(opts, to_dict(opts if opts.resume else with_presets(opts)), marker=CHECKPOINT)
+    """Rank 0, once every option is checked: `RunDir.open` (check/empty/create the directory, store options.json, the
+    options `begin` resolved, publish them to the DDP ranks). Other ranks only get the RunDir."""
+    return RunDir(opts.out, kind).open(opts, to_dict(opts), marker=CHECKPOINT)
 
 
 def end_ddp_session() -> None:
