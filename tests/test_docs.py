@@ -28,6 +28,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 
 from nni_lvbert.cli import build_parser, main
 
@@ -424,3 +425,26 @@ def test_python_blocks_run_as_written(tiny_quickstart, tmp_path, page, line, mar
     proc = subprocess.run([sys.executable, "-c", text], cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{page}:{line}: {proc.stderr[-3000:]}"
     assert sorted(p.name for p in work.iterdir()) == sorted(p.name for p in tiny_quickstart.iterdir())  # runs/ only
+
+
+def test_scale_out_yaml_blocks_are_valid_nni_configs(tmp_path):
+    """Each training-service YAML of the scale-out page, put into the shipped experiments/standalone.yml as the page
+    says (edit only the training service), passes NNI's own experiment-config validation (a misspelled field, a
+    service NNI lacks or `maxTrialNumberPerGpu` without `trialGpuNumber` fails it)."""
+    from nni.experiment.config import ExperimentConfig
+
+    base = yaml.safe_load((REPO / "experiments" / "standalone.yml").read_text(encoding="utf-8"))
+    base["searchSpaceFile"] = str(REPO / "experiments" / "standalone.yml")  # any existing file: not read here
+    key = tmp_path / "id_rsa"
+    key.write_text("not a key: NNI's validation only checks the file exists")
+    text = (REPO / "docs" / "guide" / "scale-out.md").read_text(encoding="utf-8")
+    platforms = []
+    for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
+        edit = yaml.safe_load(block)
+        assert set(edit) <= {"trialConcurrency", "trialGpuNumber", "trainingService"}, set(edit)
+        for machine in edit["trainingService"].get("machineList", []):
+            machine["sshKeyFile"] = str(key)
+        config = ExperimentConfig(**{**base, **edit})
+        config.validate()
+        platforms.append(config.training_service.platform)
+    assert platforms == ["local", "remote"]
