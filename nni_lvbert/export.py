@@ -20,7 +20,7 @@ from .errors import UserError
 from .options import opt
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExportOptions:
     supernet: str | None = opt(None, "a finished `lvbert supernet train` (or `lvbert iot train`) run directory",
                                metavar="RUN")

@@ -51,7 +51,7 @@ def describe(arch, size: str, space: SpaceSpec, **overrides) -> dict:
     }
 
 
-@dataclass
+@dataclass(frozen=True)
 class InfoOptions:
     arch: str | None = opt(None, "compact string (ccsf...), digits (0/1/2), name (bert, dynamicconv, sandwich, "
                                  "lvbert-small), NNI dict JSON or a best_arch.json path (required)")

@@ -208,7 +208,7 @@ def _show(v) -> str:
 
 
 # --- the output group every command with a run directory has ------------------------------------------------------
-@dataclass
+@dataclass(frozen=True)
 class OutputOptions:
     """Where a command writes (its run directory) and what a second session does with it."""
 

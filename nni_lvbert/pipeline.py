@@ -34,7 +34,7 @@ KIND = "pipeline"
 STAGE_ENV = "LVBERT_RUN_STAGE"  # set by rank 0 for the ranks it launches: the stage they join (default supernet)
 
 
-@dataclass
+@dataclass(frozen=True)
 class PipelineOptions(DataOptions, HardwareOptions, StrategyOptions, RerankOptions, LatencyOptions, OutputOptions):
     out: str = layout.RUN
     space: str = opt("lvbert", "search-space name or YAML")

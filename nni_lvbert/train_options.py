@@ -15,7 +15,7 @@ from .options import MAY_CHANGE, OutputOptions, opt
 DATA_SEED = 0  # default seed of the fixed validation masking: every run over one corpus scores the same tokens
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataOptions:
     """Where a run's text comes from: a prepared directory, or a corpus (+ tokenizer) prepared and cached."""
 
@@ -35,7 +35,7 @@ class DataOptions:
         return {f.name: getattr(self, f.name) for f in fields(DataOptions)}
 
 
-@dataclass
+@dataclass(frozen=True)
 class HardwareOptions:
     """Where a Lightning training runs (supernet, IOT, pre-training, fine-tuning); may change between sessions."""
 
@@ -57,7 +57,7 @@ class HardwareOptions:
         return {f.name: getattr(self, f.name) for f in fields(HardwareOptions)}
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainOptions(DataOptions, HardwareOptions, OutputOptions):
     """Options common to the Lightning trainings; None means "the size's preset" (see `resolved`)."""
 

@@ -16,6 +16,7 @@ The lifecycle steps behind it (`begin`, `open_run`, `fit`, `common_meta`) live h
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -165,20 +166,19 @@ def common_meta(run: RunDir, opts: TrainOptions, result: FitResult, data) -> dic
     }
 
 
-def apply_tuner_parameters(opts, allowed: dict, what: str) -> dict:
+def apply_tuner_parameters(opts, allowed: dict, what: str):
     """As an nnictl trial, the tuner's parameters (e.g. {"lr": 0.002}) override the command-line options.
 
     `allowed` maps each tunable option to a converter (None: keep the value as sent); anything else is one clear
-    line. Returns the parameters received."""
+    line. Returns a new options value: the parameters applied, and received in its `hpo`."""
     import nni
 
     params = nni.get_next_parameter() or {}
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise UserError(f"tuner parameter(s) {', '.join(unknown)} are not {what} options; use {', '.join(allowed)}")
-    for k, v in params.items():
-        setattr(opts, k, allowed[k](v) if allowed[k] else v)
-    return dict(params)
+    return dataclasses.replace(opts, **{k: allowed[k](v) if allowed[k] else v for k, v in params.items()},
+                               hpo=dict(params))
 
 
 @dataclass
@@ -198,9 +198,15 @@ class Training:
         (--resume, DDP ranks)."""
         reporter = None
         if tunable is not None and in_nni_trial():
-            opts.hpo = apply_tuner_parameters(opts, tunable, kind)
+            opts = apply_tuner_parameters(opts, tunable, kind)
             reporter = TrialReporter()
         return cls(begin(opts, kind), kind, reporter)
+
+    def update(self, **changes) -> TrainOptions:
+        """The run's options with `changes` (a value only the loaded space or supernet settles, e.g. the size):
+        a new options value, which the run then goes on with."""
+        self.opts = dataclasses.replace(self.opts, **changes)
+        return self.opts
 
     def check(self) -> int:
         """Every resolved step/batch/validation/checkpoint number is >= 1 and the global batch splits evenly over

@@ -66,7 +66,7 @@ def test_a_new_option_is_one_field():
     from nni_lvbert.options import opt
     from nni_lvbert.supernet.train import SupernetOptions
 
-    @dataclasses.dataclass
+    @dataclasses.dataclass(frozen=True)  # an options class is a frozen value
     class Extended(SupernetOptions):
         label_smoothing: float = opt(0.0, "label smoothing of the MLM loss")
         freeze: bool = opt(True, "train the embeddings too")

@@ -13,7 +13,7 @@ DOC_BY_HELP = ("text files: what one document is; auto (default): blank-line-sep
                "file has no blank line")
 
 
-@dataclass
+@dataclass(frozen=True)
 class PrepareOptions:
     corpus: list[str] | None = opt(None, "text/jsonl/parquet files, folders or globs, or one hub dataset "
                                          "NAME[:CONFIG]; default: the embedded corpus", metavar="SRC")

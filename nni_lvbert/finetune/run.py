@@ -42,7 +42,7 @@ YOUR_FILES = "your files (--task NAME with --data)"
 QA = "extractive QA (squad, squad_v2)"
 
 
-@dataclass
+@dataclass(frozen=True)
 class FinetuneOptions(HardwareOptions, OutputOptions):
     GROUP: ClassVar[str] = "recipe (LV-BERT Table 6 / ELECTRA defaults)"
 
@@ -90,7 +90,7 @@ NOT_GLUE = ("dev_data", "text_column", "text_pair_column", "label_column", "task
             "doc_stride", "n_best", "max_answer_length", "null_threshold")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOptions(TrainOptions):
     """What `training.fit` reads for one task × seed run (every value given, no presets)."""
 

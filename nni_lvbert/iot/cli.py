@@ -7,7 +7,7 @@ from ..layout import IOT
 from ..options import opt
 
 
-@dataclass
+@dataclass(frozen=True)
 class IOTEvalOptions:
     out: str = opt(IOT, "a finished `lvbert iot train` directory (eval.json is written there)", metavar="DIR")
     data: str | None = opt(None, "prepared data directory (default: the run's)", metavar="DIR")

@@ -6,6 +6,7 @@ results when running as an nnictl trial (whose tuner parameters, e.g. tau or c1,
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ HPO_KEYS = {"tau": float, "tau_min": float, "tau_decay": float, "tau_every": int
             "clamp": float, "gumbel": bool, "lr": float, "warmup_steps": int, "max_steps": int, "seed": int}
 
 
-@dataclass
+@dataclass(frozen=True)
 class IOTOptions(TrainOptions):
     PRESETS: ClassVar[dict[str, dict]] = presets("iot")  # paper: continued pre-training of a small supernet
     GROUP: ClassVar[str] = "IOT (defaults: official IOT code)"
@@ -91,10 +92,12 @@ def check_options(opts: IOTOptions, m: int) -> None:
             raise UserError(msg)
 
 
-def _source(opts: IOTOptions):
-    """(space, spec, cfg, supernet meta or None); the space is mutated when it comes from a supernet."""
+def _source(t: Training):
+    """(space, spec, cfg, supernet meta or None); the space is mutated when it comes from a supernet. The run's
+    size is settled here (`t.update`): the supernet's, else the space's when not given."""
     from ..config import load_size, load_space
 
+    opts = t.opts
     if opts.supernet and opts.space:
         raise UserError("--supernet and --space exclude each other (a supernet brings its own space)")
     if opts.supernet:
@@ -108,12 +111,14 @@ def _source(opts: IOTOptions):
                 raise UserError(f"{flag} applies when training from scratch (--space); a supernet fixes it "
                                 "(use --data to give another prepared data directory)")
         sn.space.train()  # load_supernet hands it back in eval mode; Lightning keeps submodule modes as they are
-        opts.size = sn.meta.get("size")  # the tiny preset for a tiny supernet
+        if opts.size != sn.meta.get("size"):
+            t.update(size=sn.meta.get("size"))  # the tiny preset for a tiny supernet
         return sn.space, sn.spec, sn.cfg, sn.meta
     if not opts.space:
         raise UserError("give --supernet RUN_DIR (start from a trained supernet) or --space NAME (train from scratch)")
     spec = load_space(opts.space)
-    opts.size = opts.size or spec.size
+    if not opts.size:
+        opts = t.update(size=spec.size)
     d = opts.resolved("dropout")
     cfg = load_size(opts.size, dropout=d, attention_dropout=d)
     return None, spec, cfg, None
@@ -168,9 +173,9 @@ def _nni_metric(stats: dict) -> dict:
 ORDER_OPTIONS = ("orders", "orders_from", "block", "m")
 
 
-def _check_resumed_orders(opts: IOTOptions) -> None:
+def _check_resumed_orders(opts: IOTOptions) -> IOTOptions:
     """On --resume, order options are checked by the orders they give (not by spelling) against orders.json, and
-    then left to the stored options."""
+    then left to the stored options: the options returned no longer give them."""
     from ..options import given_fields
     from ..rundir import RunDir
     from .orders import resolve_orders
@@ -179,7 +184,7 @@ def _check_resumed_orders(opts: IOTOptions) -> None:
     given = given_fields(opts) & set(ORDER_OPTIONS)
     run = RunDir(opts.out, "IOT")
     if not given or not run.has(ORDERS):
-        return
+        return opts
     spec = run.spec
     before, _ = read_orders(run, spec)
     wanted, _ = resolve_orders(spec, opts.orders, opts.orders_from, opts.block, opts.m)
@@ -188,10 +193,9 @@ def _check_resumed_orders(opts: IOTOptions) -> None:
 
         raise UserError(f"cannot resume: {run / ORDERS} holds other orders ({', '.join(map(to_compact, before))}); "
                         "give the same orders or use --overwrite")
-    opts.given = sorted(set(opts.given or ()) - given) if opts.given is not None else None
-    for name in ORDER_OPTIONS:  # API callers: drop them so the stored spelling is kept
-        if opts.given is None:
-            setattr(opts, name, None)
+    if opts.given is not None:
+        return dataclasses.replace(opts, given=sorted(set(opts.given) - given))
+    return dataclasses.replace(opts, **dict.fromkeys(ORDER_OPTIONS))  # API callers: the stored spelling is kept
 
 
 def train_iot(opts: IOTOptions) -> dict:
@@ -203,7 +207,7 @@ def train_iot(opts: IOTOptions) -> dict:
     # validation statistics are reduced exactly over ranks before logging: Lightning's sync_dist hint is moot
     warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('(val_|tau)")
     if opts.resume and launcher_is_rank_zero():
-        _check_resumed_orders(opts)
+        opts = _check_resumed_orders(opts)
     t = Training.begin(opts, "iot", tunable=HPO_KEYS)
     opts = t.opts
     # torch, NNI and Lightning only now: the run directory's mistakes are one line at once
@@ -214,7 +218,8 @@ def train_iot(opts: IOTOptions) -> dict:
     from .routing import IOTModel
     from .strategy import IOTStrategy
 
-    space, spec, cfg, smeta = _source(opts)
+    space, spec, cfg, smeta = _source(t)
+    opts = t.opts
     if opts.resume:  # the stored options name the same order source; the stored orders are what ran
         orders, source = rundir.read_orders(rundir.RunDir(opts.out, "IOT"), spec)
     else:

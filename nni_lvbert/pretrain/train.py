@@ -15,6 +15,7 @@ Run directory (besides options.json, model_config.json, space.yaml, tokenizer/, 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -33,7 +34,7 @@ CURVE = "pretrain_curve.png"
 DEFAULT_SIZE = "small"
 
 
-@dataclass
+@dataclass(frozen=True)
 class PretrainOptions(TrainOptions):
     PRESETS: ClassVar[dict[str, dict]] = presets("pretrain")  # per size; tiny-electra: ELECTRA's tiny lr
     GROUP: ClassVar[str] = "objective"
@@ -115,8 +116,8 @@ def train_pretrain(opts: PretrainOptions) -> dict:
     from ..config import SpaceSpec
     from ..arch import parse_arch
 
-    if opts.arch is not None:
-        opts.arch = parse_arch(opts.arch).compact  # one spelling on disk: --resume compares like with like
+    if opts.arch is not None:  # one spelling on disk: --resume compares like with like
+        opts = dataclasses.replace(opts, arch=parse_arch(opts.arch).compact)
     t = Training.begin(opts, KIND)
     opts = t.opts
     # torch and Lightning only now: the arch's and the run directory's mistakes are one line at once
@@ -124,7 +125,8 @@ def train_pretrain(opts: PretrainOptions) -> dict:
     from .module import COMPILED_POSITIONS, PretrainModule
     from .objectives import build_objective, generator_config
 
-    opts.size = opts.size or DEFAULT_SIZE
+    if not opts.size:
+        opts = t.update(size=DEFAULT_SIZE)
     check_options(opts)
     arch = parse_arch(opts.arch)
     cfg = model_shape(opts)

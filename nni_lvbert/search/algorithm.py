@@ -36,7 +36,7 @@ from ..errors import UserError
 from ..options import opt
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvolutionConfig:
     GROUP: ClassVar[str] = "Algorithm 1 (LV-BERT; the budget P + (T-1)(N_cro + N_mut) applies to every strategy)"
 

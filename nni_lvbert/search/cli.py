@@ -1,6 +1,7 @@
 """`lvbert search`: run | score | space-json | nnictl | latency-table | export."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -109,12 +110,10 @@ def nnictl_cmd(args) -> dict:
     if args.action == "resume":
         if not args.experiment_id:
             raise UserError("give the experiment to resume: lvbert search nnictl resume ID")
-        opts.resume = args.experiment_id
-        return resume(opts)
+        return resume(dataclasses.replace(opts, resume=args.experiment_id))
     if args.experiment_id:
         raise UserError(f"unexpected argument {args.experiment_id!r}: only `resume` takes an experiment ID")
-    opts.experiment_config = opts.experiment_config or str(DEFAULT_CONFIG)
-    return create(opts)
+    return create(dataclasses.replace(opts, experiment_config=opts.experiment_config or str(DEFAULT_CONFIG)))
 
 
 def export_cmd(args) -> dict:

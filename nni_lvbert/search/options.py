@@ -10,7 +10,7 @@ from .algorithm import EvolutionConfig
 from .defaults import BATCH_SIZE, VAL_TOKENS
 
 
-@dataclass
+@dataclass(frozen=True)
 class ScoringOptions:
     """How candidates are scored on a supernet's validation split (`search run`, `search score`)."""
 
@@ -24,7 +24,7 @@ class ScoringOptions:
     device: str = opt("auto", "auto (GPU if visible) | cpu | cuda[:N] | mps")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ScoreOptions(ScoringOptions):
     """`lvbert search score`: one architecture."""
 
@@ -38,7 +38,7 @@ class ScoreOptions(ScoringOptions):
     seed: int = opt(0, "initialisation seed of --proxy's model", group="")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LatencyTableOptions:
     """`lvbert search latency-table`: per-layer-type latency on this device."""
 
@@ -53,7 +53,7 @@ class LatencyTableOptions:
                           metavar="T.json")
 
 
-@dataclass
+@dataclass(frozen=True)
 class StrategyOptions:
     """Which strategies search, with Algorithm 1's budget (every strategy gets the same)."""
 
@@ -64,7 +64,7 @@ class StrategyOptions:
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RerankOptions:
     """Two-stage search: the supernet proposes, short stand-alone training decides (`search/rerank.py`)."""
 
@@ -75,7 +75,7 @@ class RerankOptions:
     rerank_steps: int = opt(300, "stand-alone MLM steps per re-ranked order", metavar="N")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LatencyOptions:
     """A latency budget from a measured per-layer table (`search/latency.py`)."""
 
@@ -89,7 +89,7 @@ class LatencyOptions:
                               "predicted latency over the evaluated candidates")
 
 
-@dataclass
+@dataclass(frozen=True)
 class NnictlOptions(LatencyOptions):
     """`lvbert search nnictl [create|resume ID]`: the nnictl experiment (search.yml) and what it overrides."""
 
@@ -119,7 +119,7 @@ class NnictlOptions(LatencyOptions):
     resume: str | None = None  # `resume ID`: the experiment to resume (the positional ID; no flag)
 
 
-@dataclass
+@dataclass(frozen=True)
 class NnictlExportOptions:
     """`lvbert search export`: the best trial of an nnictl experiment -> best_arch.json."""
 

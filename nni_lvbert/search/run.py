@@ -35,7 +35,7 @@ CONSTRAINTS = "constraints (candidates outside are never evaluated)"
 PLOT = "search_curve.png"
 
 
-@dataclass
+@dataclass(frozen=True)
 class SearchOptions(StrategyOptions, RerankOptions, LatencyOptions, ScoringOptions, OutputOptions):
     GROUP: ClassVar[str] = "scoring"
 

@@ -69,7 +69,7 @@ class Budget:
 _T, _Q = BUDGETS["tiny"], BUDGETS["quick"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class StudyOptions(OutputOptions):
     """Options every study has; each study adds its own fields."""
 

@@ -33,7 +33,7 @@ def _comma_list(text: str) -> list[str]:
     return [a.strip() for a in text.split(",") if a.strip()]
 
 
-@dataclass
+@dataclass(frozen=True)
 class DownstreamOptions(StudyOptions):
     out: str = f"{layout.STUDY}/downstream"
     archs: list[str] = opt(help=f"comma-separated (default {','.join(DEFAULT_ARCHS)}); the first is the reference of "

@@ -42,7 +42,7 @@ IOT_GROUP = "IOT (defaults: official IOT code)"
 ORDERS_GROUP = "candidate orders (one source)"
 
 
-@dataclass
+@dataclass(frozen=True)
 class IOTStudyOptions(StudyOptions):
     out: str = f"{layout.STUDY}/iot"
     supernet: str = opt("", "the reference supernet run directory: IOT starts from it; its space, shape and data "

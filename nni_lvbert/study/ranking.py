@@ -42,7 +42,7 @@ TRUTH = "ground_truth.json"
 RESULT = "ranking.json"
 
 
-@dataclass
+@dataclass(frozen=True)
 class RankingOptions(StudyOptions):
     # a resumed study may compare other rankers: each is kept by name (rankers/), the ground truth stays
     MAY_CHANGE_ON_RESUME: ClassVar[frozenset[str]] = frozenset({"rankers", "nnictl", "trial_concurrency"})

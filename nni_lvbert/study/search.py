@@ -24,7 +24,7 @@ from .store import one_process_each
 RESULT = "search_study.json"
 
 
-@dataclass
+@dataclass(frozen=True)
 class SearchStudyOptions(StudyOptions):
     TRAINS_MODELS = False
 

@@ -40,7 +40,7 @@ def is_fewshot(path) -> bool:
     return (Path(path) / SPEC).is_file()
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class FewShotOptions(SupernetOptions):
     out: str = opt(layout.FEWSHOT, "few-shot directory (fewshot.json + one supernet run per sub-space)", metavar="DIR")
     warm_start: str | None = opt(None, "the trained one-shot supernet to split", metavar="RUN", group="")

@@ -20,7 +20,7 @@ from ..training import Training
 WEIGHTS = "supernet.safetensors"
 
 
-@dataclass
+@dataclass(frozen=True)
 class SupernetOptions(TrainOptions):
     PRESETS: ClassVar[dict[str, dict]] = presets("supernet")  # LV-BERT Table 5; tiny: ~10 min on 2 CPU cores
 
@@ -57,7 +57,8 @@ def train_supernet(opts: SupernetOptions) -> dict:
     t = Training.begin(opts, "supernet", tunable=TUNABLE)
     opts = t.opts
     spec = load_space(opts.space)
-    opts.size = opts.size or spec.size
+    if not opts.size:
+        opts = t.update(size=spec.size)
     cfg = load_size(opts.size, dropout=opts.resolved("dropout"), attention_dropout=opts.resolved("dropout"),
                     sharing=opts.sharing)
     # torch, NNI and Lightning only now: the run directory's, space's and size's mistakes are one line at once
