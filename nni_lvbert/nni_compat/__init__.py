@@ -1,7 +1,8 @@
 """Every workaround for NNI 3.0 behaviour, in this package (checked with nni 3.0, torch 2.13, pytorch-lightning 2.6):
 `experiment.py` (nnictl's lock, in-process NasExperiments, their manifest entries, nnictl's experiments),
-`trials.py` (nnictl trials and tuners), `strategies.py` (multi-trial and one-shot strategies), and here the import
-warning. Everything is importable from `nni_lvbert.nni_compat`.
+`trials.py` (nnictl trials and tuners), `remote.py` (the `remote` training service over SSH), `strategies.py`
+(multi-trial and one-shot strategies), and here the import warning. Everything is importable from
+`nni_lvbert.nni_compat`.
 
 Each block says which NNI 3.0 behaviour it covers and how to drop it. After an NNI upgrade run
 `pytest tests/test_nni_compat.py` first: it checks that each workaround still does what it claims and that the NNI
@@ -18,6 +19,7 @@ from .experiment import (NNI_FAILURE_LOGGERS, NO_CHECKPOINT_CALLBACK, DropMessag
                          PidFileLock, WeightsOnlyTorchSerializer, check_nnictl_filelock, experiment_dir,
                          experiment_id_in, manifest_in, quiet_nni_logging, run_nas_experiment, use_pid_file_lock,
                          use_weights_only_serializer)
+from .remote import REMOTE_WORKER_ENV, remote_trial_keeper_pids  # noqa: F401
 from .strategies import extend_lambda_lr, keep_already_mutated, strategy_interrupted  # noqa: F401
 from .trials import (TrialReporter, TunerGaveUp, in_nni_trial, stop_when_tuner_gives_up, trial_error_line,  # noqa: F401
                      trial_stderr, watch_resumed_trials)
