@@ -362,6 +362,42 @@ def test_reanalyse_adds_the_resolution_keys_and_the_report_follows_the_order_eff
     assert "tau without convolution (5) |" in md and "the searched order `ccsfsf`: rank" in md
 
 
+def test_a_failed_run_is_flagged_and_the_groups_are_tested_again_without_it(tmp_path, monkeypatch):
+    """One seed of a convolution order stays on the plateau (0.055 against 0.2): as seed noise it hides the group's
+    order effect; the group is tested again without that order, and the rankers scored without the run."""
+    from nni_lvbert.study import ranking_plots
+    from nni_lvbert.study.reanalyse import failed_runs, reanalyse
+    from nni_lvbert.study.ranking import _report
+
+    monkeypatch.setattr(ranking_plots, "save_figure", lambda fig, path, **kw: path.write_bytes(b"png"))
+    result, seeds = _synthetic_result()
+    rng = np.random.default_rng(1)
+    seeds[:5] = np.linspace(0.19, 0.23, 5)[:, None] + rng.normal(scale=0.002, size=(5, 3))  # a real order effect
+    seeds[3, 2] = 0.055
+    for row, y in zip(result["rows"], seeds):
+        row["seeds"], row["ground_truth"] = y.tolist(), float(y.mean())
+    assert failed_runs(seeds) == [(3, 2)] and failed_runs(seeds[:, :2]) == []  # two seeds: no median to trust
+    new = reanalyse(result, resamples=40)
+    assert new["failed_runs"] == [{"arch": "fcfcgc", "seed": 2, "score": 0.055,
+                                   "order_median": pytest.approx(float(np.median(seeds[3])))}]
+    groups = {g["group"]: g for g in new["groups"]}
+    conv = groups["with convolution"]
+    assert not conv["resolvable"]  # the failed run as noise
+    assert conv["without_failed"] == {"orders": 4, "order_effect": order_effect(seeds[[0, 1, 2, 4]]),
+                                      "resolvable": True}
+    assert "without_failed" not in groups["without convolution"]  # no failed run there
+    kept = seeds.mean(1)
+    kept[3] = seeds[3, :2].mean()
+    spos = np.array([r["spos"] for r in result["rows"]])
+    assert new["rankers"][0]["kendall_tau_without_failed"] == pytest.approx(kendalltau(spos, kept).statistic)
+    _report(new, tmp_path)
+    md = (tmp_path / "ranking.md").read_text()
+    assert "| with convolution, without the orders with a failed run | 4 |" in md
+    assert "`fcfcgc` seed 2: 0.0550" in md and "tau with convolution (5): resolvable without its failed runs" in md
+    assert "failed_runs" not in reanalyse(_synthetic_result()[0], resamples=40) or \
+        reanalyse(_synthetic_result()[0], resamples=40)["failed_runs"] == []
+
+
 def test_ranker_spellings_and_errors(trained, tmp_path):
     from nni_lvbert.errors import UserError
     from nni_lvbert.study.rankers import parse_rankers
