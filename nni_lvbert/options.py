@@ -207,6 +207,17 @@ def _show(v) -> str:
     return " ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
 
 
+def derive(cls, parent, groups: tuple[type, ...], **values):
+    """A `cls` options value made from `parent`'s (a pipeline's options -> one stage's): every option of the option
+    `groups` both classes have (`HardwareOptions`, ...) as `parent` holds it, then `values`. What the child does
+    not take from a group is named in `values` or left to its default, never listed field by field."""
+    shared = {f.name for g in groups for f in dataclasses.fields(g)}
+    missing = sorted(n for n in shared if n not in cls.__dataclass_fields__ or not hasattr(parent, n))
+    if missing:
+        raise TypeError(f"{cls.__name__} from {type(parent).__name__}: no option(s) {', '.join(missing)}")
+    return cls(**{**{n: getattr(parent, n) for n in shared}, **values})
+
+
 # --- the output group every command with a run directory has ------------------------------------------------------
 @dataclass(frozen=True)
 class OutputOptions:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from . import layout
 from .errors import UserError
-from .options import RANK0_ENV, OutputOptions, launcher_is_rank_zero, opt
+from .options import RANK0_ENV, OutputOptions, derive, launcher_is_rank_zero, opt
 from .rundir import CHECKPOINT, META
 from .search.options import LatencyOptions, RerankOptions, StrategyOptions
 from .train_options import DataOptions, HardwareOptions
@@ -63,27 +63,50 @@ def run_cli(args) -> dict:
     return run(options_from_args(PipelineOptions, args))
 
 
+# --- each stage's options, derived from the pipeline's (`options.derive`; `out`: the pipeline's directory) --------
+def supernet_options(opts: PipelineOptions, out, resume: bool):
+    """Stage 1: the data and hardware groups and --progress as given, the space, size and seed."""
+    from .supernet.train import SupernetOptions
+
+    return derive(SupernetOptions, opts, (DataOptions, HardwareOptions, OutputOptions), out=str(out / "supernet"),
+                  space=opts.space, size=opts.size, seed=opts.seed, max_steps=opts.supernet_max_steps,
+                  val_every=opts.val_every, resume=resume, overwrite=not resume)
+
+
+def search_options(opts: PipelineOptions, out, resume: bool):
+    """Stage 2: the strategy, re-ranking and latency groups and --progress as given, over stage 1's supernet."""
+    from .search.run import SearchOptions
+
+    return derive(SearchOptions, opts, (StrategyOptions, RerankOptions, LatencyOptions, OutputOptions),
+                  out=str(out / "search"), supernet=str(out / "supernet"), seed=opts.seed, resume=resume,
+                  overwrite=not resume)
+
+
+def pretrain_options(opts: PipelineOptions, out, arch: str | None, resume: bool):
+    """Stage 3 (--objective): the data and hardware groups and --progress as given, the size, objective and seed."""
+    from .pretrain.train import PretrainOptions
+
+    return derive(PretrainOptions, opts, (DataOptions, HardwareOptions, OutputOptions), out=str(out / "pretrain"),
+                  arch=None if resume else arch, size=opts.size, objective=opts.objective, seed=opts.seed,
+                  max_steps=opts.pretrain_max_steps, resume=resume, overwrite=not resume)
+
+
 def run(opts: PipelineOptions) -> dict:
     from .rundir import RunDir
-    from .search.run import SearchOptions, run_search
-    from .supernet.train import SupernetOptions, train_supernet
+    from .search.run import run_search
+    from .supernet.train import train_supernet
 
     out = RunDir(opts.out, KIND, "output directory")
     supernet_dir, search_dir = out / "supernet", out / "search"
-
-    def supernet_options(resume: bool) -> SupernetOptions:
-        return SupernetOptions(
-            out=str(supernet_dir), space=opts.space, size=opts.size, **opts.data_options(), seed=opts.seed,
-            max_steps=opts.supernet_max_steps, val_every=opts.val_every, **opts.hardware_options(), resume=resume,
-            overwrite=not resume, progress=opts.progress)
 
     if not launcher_is_rank_zero():  # a DDP rank > 0 re-running this command: join one stage's training only
         if os.environ.get(STAGE_ENV) == "pretrain":
             from .pretrain.train import PretrainOptions, train_pretrain
 
-            train_pretrain(PretrainOptions(out=str(out / "pretrain"), **opts.hardware_options()))  # then rank 0's
+            # the hardware as given; every other option then rank 0's (published)
+            train_pretrain(derive(PretrainOptions, opts, (HardwareOptions,), out=str(out / "pretrain")))
         elif RANK0_ENV in os.environ:  # started by rank 0's launcher: its published options
-            train_supernet(supernet_options(False))
+            train_supernet(supernet_options(opts, out, False))
         else:  # started from outside (another node, torchrun, SLURM): settle what rank 0 settles, from the disk
             opts = out.begin(opts)  # --resume: OUT/options.json (`options.adopt`)
             _check_pretrain(opts)  # rank 0's refusal here too, rather than waiting for it
@@ -91,7 +114,7 @@ def run(opts: PipelineOptions) -> dict:
             if flags is None:  # the supernet is trained: nothing to join
                 print(f"note: {supernet_dir} is trained; the search runs on rank 0 only", file=sys.stderr)
             else:
-                train_supernet(supernet_options(flags["resume"]))
+                train_supernet(supernet_options(opts, out, flags["resume"]))
         return 0
 
     opts = out.begin(opts)
@@ -109,15 +132,11 @@ def run(opts: PipelineOptions) -> dict:
 
         supernet_meta = stage(f"[1/{stages}] supernet", RunDir(supernet_dir, "supernet"), opts.resume,
                               f"({opts.space}, size {opts.size})",
-                              lambda resume: train_supernet(supernet_options(resume)))
+                              lambda resume: train_supernet(supernet_options(opts, out, resume)))
         clock.save()
         best = stage(f"[2/{stages}] search", RunDir(search_dir, "search"), opts.resume,
                      f"{', '.join(opts.strategies)} over the supernet",
-                     lambda resume: run_search(SearchOptions(
-                         supernet=str(supernet_dir), strategies=list(opts.strategies), seed=opts.seed,
-                         evolution=opts.evolution, out=str(search_dir), resume=resume, overwrite=not resume,
-                         rerank=opts.rerank, rerank_steps=opts.rerank_steps, max_latency_ms=opts.max_latency_ms,
-                         latency_table=opts.latency_table, pareto=opts.pareto, progress=opts.progress)),
+                     lambda resume: run_search(search_options(opts, out, resume)),
                      done="best_arch.json", marker="search.json")
         summary = {
             "best_arch": str(search_dir / "best_arch.json"),
@@ -203,7 +222,7 @@ def _check_pretrain(opts: PipelineOptions) -> None:
 def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:
     """Stage 3 (--objective): `lvbert pretrain` of the searched architecture at the pipeline's size, into
     OUT/pretrain (resumed when interrupted, kept when finished)."""
-    from .pretrain.train import PretrainOptions, train_pretrain
+    from .pretrain.train import train_pretrain
     from .rundir import RunDir
 
     pretrain_dir = out / "pretrain"
@@ -214,10 +233,7 @@ def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:
 
             end_ddp_session()  # the supernet's ranks have exited: Lightning launches new ones, told to pre-train
             os.environ[STAGE_ENV] = "pretrain"
-        train_pretrain(PretrainOptions(
-            out=str(pretrain_dir), arch=None if resume else arch, size=opts.size, objective=opts.objective,
-            **opts.data_options(), seed=opts.seed, max_steps=opts.pretrain_max_steps, **opts.hardware_options(),
-            resume=resume, overwrite=not resume, progress=opts.progress))
+        train_pretrain(pretrain_options(opts, out, arch, resume))
 
     meta = stage("[3/3] pretrain", RunDir(pretrain_dir, "pretrain"), opts.resume, f"{arch} ({opts.objective}, size "
                  f"{opts.size})", train)

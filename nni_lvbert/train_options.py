@@ -5,7 +5,7 @@ presets in `presets.py`). Pure Python: the command line is built from these befo
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .data.split import DEFAULT_VAL_FRACTION as VAL_FRACTION  # default held-out share of documents
@@ -31,9 +31,6 @@ class DataOptions:
     val_fraction: float = opt(VAL_FRACTION, "held-out share of documents")
     data_seed: int = opt(DATA_SEED, "seed of the fixed validation masking (keep it to compare runs)")
 
-    def data_options(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(DataOptions)}
-
 
 @dataclass(frozen=True)
 class HardwareOptions:
@@ -52,9 +49,6 @@ class HardwareOptions:
     compile: str | None = opt(None, "torch.compile for training (backend: inductor when not named); opt-in, for "
                                     "GPUs: pre-training compiles its whole objective (CUDA graphs on a GPU), other "
                                     "training each layer block", nargs="?", const="inductor", metavar="BACKEND")
-
-    def hardware_options(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(HardwareOptions)}
 
 
 @dataclass(frozen=True)
