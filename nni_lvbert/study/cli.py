@@ -12,6 +12,9 @@ STUDIES = {
     "iot": ("nni_lvbert.study.iot", "IOTStudyOptions", "run_iot_study",
             "instance-wise order (IOT) against its orders, the per-instance oracle and the best order trained "
             "stand-alone on as many sequences, over several seeds, with standard errors and cost"),
+    "iot-finetune": ("nni_lvbert.study.iot_finetune", "IOTFinetuneOptions", "run_iot_finetune",
+                     "IOT runs fine-tuned on a classification task with instance-wise order against each order "
+                     "fine-tuned alone from the same weights and the per-instance oracle, over several seeds"),
 }
 
 
