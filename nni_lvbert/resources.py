@@ -35,7 +35,7 @@ EXPERIMENTS_DIR = resource_dir("experiments")
 SEARCH_CONFIG = EXPERIMENTS_DIR / "search.yml"  # `lvbert search nnictl` default
 SUPERNET_CONFIG = EXPERIMENTS_DIR / "supernet.yml"
 IOT_CONFIG = EXPERIMENTS_DIR / "iot.yml"
-STANDALONE_CONFIG = EXPERIMENTS_DIR / "standalone.yml"  # template of `lvbert study ranking --nnictl DIR`
+STANDALONE_CONFIG = EXPERIMENTS_DIR / "standalone.yml"  # template of `lvbert study ranking|iot|downstream --nnictl DIR`
 SEARCH_SPACE_JSON = EXPERIMENTS_DIR / "search_space.json"  # = `lvbert search space-json --space lvbert`
 SUPERNET_SPACE_JSON = EXPERIMENTS_DIR / "supernet_space.json"
 # Loaded by NNI's Node process (NODE_OPTIONS=--require): servers that listen on a bare port listen on

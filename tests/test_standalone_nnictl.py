@@ -91,6 +91,25 @@ def test_a_trial_fails_with_one_error_line(tiny, tmp_path, capsys, one_thread):
     assert out.returncode == 2 and "rebuilds as" in one_error_line(out.stderr), out.stderr
 
 
+
+def test_a_trial_reports_an_electra_models_generator_accuracy(tmp_path, monkeypatch):
+    """`study downstream --objective electra`'s models have no val_mlm_acc: the trial reports the generator's MLM
+    accuracy (what the study scores them by); a finished model is reported, not trained."""
+    from nni_lvbert.study.common import Budget
+    from nni_lvbert.study.store import Standalone
+    from nni_lvbert.study.trial import run_trial
+
+    monkeypatch.delenv("NNI_EXP_ID", raising=False)
+    spec = Standalone(arch="cccc", objective="electra", size="tiny", model_config={}, data=str(tmp_path), seed=0,
+                      data_seed=0, budget=Budget(steps=30, lr=5e-4, warmup_steps=3, batch_size=8))
+    writer.write_experiment(tmp_path / "exp", [("electra", spec)], tmp_path / "store")
+    run = tmp_path / "store" / spec.dirname()
+    run.mkdir(parents=True)
+    final = {"step": 30, "val_gen_mlm_acc": 0.25, "val_gen_loss": 5.5, "val_disc_auc": 0.6}
+    (run / "meta.json").write_text(json.dumps({"steps": 30, "final": final, "validation": [final]}))
+    result = run_trial(tmp_path / "exp" / "models.json", spec.dirname())
+    assert result["default"] == 0.25 and result["val_gen_loss"] == 5.5 and result["trained"] == 0
+
 def _metrics(port: int) -> list[dict]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/metric-data", timeout=5) as r:
         return json.loads(r.read())
@@ -160,3 +179,65 @@ def test_nnictl_trains_the_models_the_study_then_reads_as_its_own(tiny, tmp_path
     out = _trial(exp, "--model", keys[0], env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert out.returncode == 0 and json.loads(out.stdout)["trained"] == 0, out.stderr
     print(f"nnictl experiment of {len(keys)} models + 1 failing: {took:.0f} s")
+
+
+# --- study iot and study downstream: their stand-alone pre-trainings as the experiment ----------------------------
+IOT = ["iot", "--block", "sa,ff,dc", "--quick", "--equal-tokens", "iot", "--no-progress"]  # 1 seed, M = 2
+
+
+def _downstream(tiny):
+    return ["downstream", "--quick", "--archs", "bert", "--pretrain-seeds", "0", "1", "--data",
+            str(tiny["data"].path), "--no-progress"]
+
+
+def _write_train_one_then_study(study: list[str], tmp_path, capsys, trains: str) -> list[str]:
+    """`lvbert study ... --nnictl` writes the experiment and nothing else; one trial (outside nnictl) trains its
+    first key; the study in process then trains only the others, into exactly the experiment's keys."""
+    exp, store, out = tmp_path / "exp", tmp_path / "store", tmp_path / "out"
+    where = ["--models", str(store), "--out", str(out)]
+    code, stdout, err = run_cli(["study", *study, *where, "--nnictl", str(exp), "--trial-concurrency", "3", "--json"],
+                                capsys)
+    assert code == 0, err
+    models = json.loads((exp / "models.json").read_text())
+    keys = list(models["models"])
+    assert json.loads(stdout) == {"study": study[0], "experiment": str(exp), "config": str(exp / "standalone.yml"),
+                                  "models": len(keys), "finished": 0, "store": str(store), "kept_config": False}
+    assert models["store"] == str(store.resolve()) and len(keys) == 2
+    assert json.loads((exp / "standalone_space.json").read_text())["model"]["_value"] == keys
+    assert yaml.safe_load((exp / "standalone.yml").read_text())["trialConcurrency"] == 3
+    assert not out.exists() and not store.exists() and trains not in err  # trained nothing, --out untouched
+
+    env = {k: v for k, v in os.environ.items() if k != "NNI_EXP_ID"} | {"OMP_NUM_THREADS": "1"}
+    trial = _trial(exp, "--model", keys[0], env=env)
+    assert trial.returncode == 0 and json.loads(trial.stdout)["trained"] == 1, trial.stderr
+    meta = store / keys[0] / "meta.json"
+    stamp = meta.stat().st_mtime_ns
+
+    code, _, err = run_cli(["study", *study, *where], capsys)  # the same study, without --nnictl
+    assert code == 0, err
+    assert sorted(p.name for p in store.iterdir() if not p.name.startswith(".")) == sorted(keys)
+    assert meta.stat().st_mtime_ns == stamp and err.count(trains) == 1  # the trial's model reused, the other trained
+    # written again on the finished study (--resume: its stored options): every model finished
+    code, stdout, err = run_cli(["study", study[0], *where, "--resume", "--nnictl", str(exp), "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(stdout)["finished"] == 2 and json.loads(stdout)["kept_config"]
+    assert list(json.loads((exp / "models.json").read_text())["models"]) == keys
+    return keys
+
+
+@pytest.mark.slow
+def test_iot_study_writes_its_standalone_baselines_as_the_experiment(tiny, tmp_path, capsys, one_thread):
+    keys = _write_train_one_then_study([*IOT, "--supernet", str(tiny["run"])], tmp_path, capsys,
+                                       "stand-alone MLM training of")
+    res = json.loads((tmp_path / "out" / "iot.json").read_text())
+    assert sorted(f"{a}-mlm-seed0" for a in res["orders"]) == sorted(k.rsplit("-", 1)[0] for k in keys)
+    assert (tmp_path / "out" / "iot" / "seed0" / "meta.json").is_file()  # IOT itself: in the study's process
+
+
+@pytest.mark.slow
+def test_downstream_study_writes_its_pretrainings_as_the_experiment(tiny, tmp_path, capsys, one_thread):
+    keys = _write_train_one_then_study(_downstream(tiny), tmp_path, capsys, "stand-alone MLM pre-training")
+    assert sorted(k.split("-")[2] for k in keys) == ["seed0", "seed1"]
+    res = json.loads((tmp_path / "out" / "downstream.json").read_text())
+    assert sorted(Path(p["run"]).name for p in res["rows"][0]["pretrain"]) == sorted(keys)
+    assert all((tmp_path / "out" / "finetune" / f"bert-pretrain{p}" / "results.json").is_file() for p in (0, 1))

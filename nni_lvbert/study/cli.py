@@ -37,8 +37,10 @@ def run_study(args) -> dict:
 
     module, cls, fn, _ = STUDIES[args.study]
     mod = importlib.import_module(module)
-    result = getattr(mod, fn)(options_from_args(getattr(mod, cls), args))
+    opts = options_from_args(getattr(mod, cls), args)
+    result = getattr(mod, fn)(opts)
+    if getattr(opts, "nnictl", None):  # the stand-alone trainings written as an experiment (nnictl.py), OUT untouched
+        return {"study": args.study, "experiment": opts.nnictl, **result}
     keys = ("kendall_tau", "kendall_tau_ci95", "spearman_rho", "spearman_rho_ci95", "n", "seeds", "budget",
-            "orders", "noise_ceiling", "seed_std_median", "rankers", "goal", "result",
-            "config", "models", "finished", "store", "kept_config")  # ranking --nnictl: the experiment written
+            "orders", "noise_ceiling", "seed_std_median", "rankers", "goal", "result")
     return {"study": args.study, "out": args.out, **{k: result[k] for k in keys if k in result}}

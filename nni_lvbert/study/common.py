@@ -121,6 +121,28 @@ class StudyOptions(OutputOptions):
         return Path(self.models) if self.models else Path(self.out) / "models"
 
 
+# options a study with stand-alone trainings may change when resumed: writing its experiment again (`nnictl.py`)
+NNICTL_OPTIONS: frozenset[str] = frozenset({"nnictl", "trial_concurrency"})
+
+
+@dataclass(frozen=True)
+class StandaloneStudyOptions(StudyOptions):
+    """A study whose stand-alone pre-trainings can run as an nnictl experiment instead (`nnictl.py`): ranking, iot
+    and downstream. The two flags mean the same in each."""
+
+    MAY_CHANGE_ON_RESUME: ClassVar[frozenset[str]] = NNICTL_OPTIONS
+
+    nnictl: str | None = opt(None, "write the study's stand-alone pre-trainings (ranking: the ground truth and "
+                                   "short:N; iot: each order's stand-alone baseline; downstream: each arch's "
+                                   "pre-training) as an nnictl experiment into DIR (standalone.yml, its space, "
+                                   "models.json) and stop: nothing trained, nothing written into --out. Run it with "
+                                   "nnictl, then this study again with the same options without --nnictl: it trains "
+                                   "only the models still missing and does the rest in its own process (ranking: "
+                                   "rerank:K:N and the scoring; iot: IOT itself; downstream: the fine-tunings)",
+                             metavar="DIR", group="")
+    trial_concurrency: int = opt(2, "with --nnictl: trialConcurrency of a newly written standalone.yml", group="")
+
+
 def shown_path(path) -> str:
     """A path as a result file records it, so that results read the same on another machine: relative to the
     working directory when inside it, `~/...` when inside the home directory, else absolute."""

@@ -6,7 +6,8 @@ the same fixed-masked validation tokens (ELECTRA: its generator's), then each mo
 several seeds (`lvbert finetune`, OUT/finetune/<arch>/, or OUT/finetune/<arch>-pretrain<seed>/ with several
 pre-training seeds). The table gives the median and the min-max range over every (pre-training seed, fine-tuning
 seed) run, and for every arch whether its difference from the searched one is larger than that spread (the two
-min-max ranges do not overlap).
+min-max ranges do not overlap). With `--nnictl DIR` the pre-trainings are written as an nnictl experiment instead,
+and nothing else is done (`nnictl.py`); the study run again without it fine-tunes here.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from ..options import opt
 from ..atomic import write_json, write_text
 from ..safeio import read_json
 from ..atomic import pyplot, save_figure
-from .common import StudyOptions, begin, log, shown_path, shown_stats, start
+from .common import StandaloneStudyOptions, begin, log, shown_path, shown_stats, start
 from .stats import markdown_table
 from .store import Standalone, one_process_each, standalone_accuracy, train_all, validation_batches
 
@@ -34,7 +35,7 @@ def _comma_list(text: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class DownstreamOptions(StudyOptions):
+class DownstreamOptions(StandaloneStudyOptions):
     out: str = f"{layout.STUDY}/downstream"
     archs: list[str] = opt(help=f"comma-separated (default {','.join(DEFAULT_ARCHS)}); the first is the reference of "
                                 "the comparisons", default_factory=lambda: list(DEFAULT_ARCHS), type=_comma_list,
@@ -83,12 +84,16 @@ def _resolve_archs(opts: DownstreamOptions, slots: int) -> list[tuple[str, str]]
     return out
 
 
-def run_downstream(opts: DownstreamOptions) -> dict:
+def _tag(label: str, p: int, pretrain_seeds: list[int]) -> str:
+    return label + (f", pre-training seed {p}" if len(pretrain_seeds) > 1 else "")
+
+
+def plan_downstream(opts: DownstreamOptions):
+    """The study's inputs, checked, nothing written into OUT: (options as resumed, budget, pre-training seeds, the
+    shape, the archs, the prepared data, {(label, pre-training seed): (description, spec)}). `run_downstream` and its
+    --nnictl experiment (`nnictl.py`) share it, so both train the same model keys."""
     from ..config import load_size
     from ..data import PreparedData, prepare
-    from ..finetune.run import FinetuneOptions, finetune
-    from ..info import param_counts
-    from ..arch import parse_arch
     from ..pretrain.objectives import OBJECTIVES
 
     opts = begin(opts, "study")
@@ -100,25 +105,33 @@ def run_downstream(opts: DownstreamOptions) -> dict:
         raise UserError("a seed is listed twice in --pretrain-seeds")
     cfg = load_size(opts.size, dropout=budget.dropout, attention_dropout=budget.dropout)
     archs = _resolve_archs(opts, opts.slots)
-    ft_seeds = opts.finetune_seeds or ([0, 1] if opts.quick else [0, 1, 2])
-    ft_cap = opts.finetune_max_steps if opts.finetune_max_steps is not None else (4 if opts.quick else None)
     data = PreparedData.load(opts.data) if opts.data else prepare(size=opts.size, seed=opts.data_seed,
                                                                    cache_dir=opts.cache_dir)
     cfg.vocab_size = data.vocab_size
+    specs = {(label, p): (f"{_tag(label, p, pretrain_seeds)} ({letters}): stand-alone {opts.objective.upper()} "
+                          "pre-training",
+                          Standalone(arch=letters, objective=opts.objective, size=opts.size, model_config=cfg.to_dict(),
+                                     budget=budget, data=str(data.path), seed=p, data_seed=opts.data_seed))
+             for label, letters in archs for p in pretrain_seeds}
+    return opts, budget, pretrain_seeds, cfg, archs, data, specs
+
+
+def run_downstream(opts: DownstreamOptions) -> dict:
+    from ..finetune.run import FinetuneOptions, finetune
+    from ..info import param_counts
+    from ..arch import parse_arch
+
+    opts, budget, pretrain_seeds, cfg, archs, data, specs = plan_downstream(opts)
+    if opts.nnictl:  # the pre-trainings as an nnictl experiment (nnictl.py): no fine-tuning, nothing in OUT
+        from .nnictl import write_study_experiment
+
+        return write_study_experiment(opts, list(specs.values()))
+    ft_seeds = opts.finetune_seeds or ([0, 1] if opts.quick else [0, 1, 2])
+    ft_cap = opts.finetune_max_steps if opts.finetune_max_steps is not None else (4 if opts.quick else None)
     out = start(opts)
     batches, val_stats = validation_batches(str(data.path), cfg, opts.validation_tokens())
 
-    specs = {(label, p): Standalone(arch=letters, objective=opts.objective, size=opts.size,
-                                    model_config=cfg.to_dict(), budget=budget, data=str(data.path), seed=p,
-                                    data_seed=opts.data_seed)
-             for label, letters in archs for p in pretrain_seeds}
-
-    def tag(label: str, p: int) -> str:
-        return label + (f", pre-training seed {p}" if len(pretrain_seeds) > 1 else "")
-
-    runs = dict(zip(specs, train_all([(f"{tag(label, p)} ({spec.arch}): stand-alone {opts.objective.upper()} "
-                                       "pre-training", spec) for (label, p), spec in specs.items()],
-                                     opts.store(), opts.progress)))
+    runs = dict(zip(specs, train_all(list(specs.values()), opts.store(), opts.progress)))
 
     def ft_dir(key) -> Path:
         label, p = key
@@ -132,8 +145,8 @@ def run_downstream(opts: DownstreamOptions) -> dict:
         if tuned(key):  # by another process meanwhile
             return
         d = ft_dir(key)
-        log(f"[{list(runs).index(key) + 1}/{len(runs)}] {tag(*key)}: fine-tuning on {', '.join(opts.tasks)}, "
-            f"seeds {ft_seeds}")
+        log(f"[{list(runs).index(key) + 1}/{len(runs)}] {_tag(*key, pretrain_seeds)}: fine-tuning on "
+            f"{', '.join(opts.tasks)}, seeds {ft_seeds}")
         # results.json of another model (its pre-training was redone): resumed, finetune's --resume checks the model
         flags = RunDir(d, "finetune").continuation(done="results.json", marker="options.json") or {
             "resume": True, "overwrite": False}

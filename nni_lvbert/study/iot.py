@@ -16,8 +16,10 @@ For each seed (--seed .. --seed+N-1), on the reference supernet's data and shape
    tokens themselves: in the baseline's favour). The goal's test: routed minus that baseline, mean over seeds,
    more than 2 standard errors above 0 (over seeds with 2 or more, else the paired token-level error).
 
-iot.json / iot.md / iot.png in OUT. Costs in core-minutes (`cost.core_minutes`): IOT's training (M forwards a
-step) beside the stand-alone ones; the reference supernet's own training is reported apart (IOT continues from it).
+iot.json / iot.md / iot.png (`iot_report.py`) in OUT. Costs in core-minutes (`cost.core_minutes`): IOT's training
+(M forwards a step) beside the stand-alone ones; the reference supernet's own training is reported apart (IOT
+continues from it). With `--nnictl DIR` every seed's stand-alone baselines (2.) are written as an nnictl experiment
+instead, and nothing else is done (`nnictl.py`); the study run again without it trains IOT here and scores.
 """
 from __future__ import annotations
 
@@ -28,14 +30,14 @@ from pathlib import Path
 import numpy as np
 
 from .. import layout
-from ..atomic import pyplot, save_figure, write_json, write_text
+from ..atomic import write_json
 from ..errors import UserError
 from ..iot.defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 from ..options import opt
 from ..rundir import OPTIONS, RunDir
 from ..safeio import read_json
-from .common import StudyOptions, begin_on_supernet, log, shown_path, shown_stats, start
-from .stats import markdown_table
+from .common import StandaloneStudyOptions, begin_on_supernet, log, shown_path, shown_stats, start
+from .iot_report import report
 
 RESULT = "iot.json"
 IOT_GROUP = "IOT (defaults: official IOT code)"
@@ -43,7 +45,7 @@ ORDERS_GROUP = "candidate orders (one source)"
 
 
 @dataclass(frozen=True)
-class IOTStudyOptions(StudyOptions):
+class IOTStudyOptions(StandaloneStudyOptions):
     out: str = f"{layout.STUDY}/iot"
     supernet: str = opt("", "the reference supernet run directory: IOT starts from it; its space, shape and data "
                             "define the study", metavar="RUN", group="")
@@ -229,8 +231,10 @@ def _score(out: Path, seed: int, iot_dir: Path, paths: dict[str, Path], validati
     return res
 
 
-def run_iot_study(opts: IOTStudyOptions) -> dict:
-    from ..cost import core_minutes
+def plan_iot(opts: IOTStudyOptions):
+    """The study's inputs, checked, nothing written: (options as resumed, M as given, budget, the supernet, its data,
+    the stand-alone budget, the supernet's sequences, the orders' letters, every seed's stand-alone specs).
+    `run_iot_study` and its --nnictl experiment (`nnictl.py`) share it, so both train the same model keys."""
     from ..iot.orders import resolve_orders
     from ..iot.train import IOTOptions, check_options
 
@@ -238,6 +242,7 @@ def run_iot_study(opts: IOTStudyOptions) -> dict:
     k, m = _defaults(opts)
     budget = opts.budget()
     from ..supernet.rundir import load_supernet  # torch: once the options are checked
+    from .store import preset_size, standalone_spec
 
     sn = load_supernet(opts.supernet)
     orders, _ = resolve_orders(sn.spec, opts.orders, opts.orders_from, opts.block, m)
@@ -245,21 +250,33 @@ def run_iot_study(opts: IOTStudyOptions) -> dict:
     data = (sn.meta.get("data") or {}).get("path")
     if not data:
         raise UserError(f"{opts.supernet}/meta.json records no prepared data directory")
-    from .store import Validation, preset_size, standalone_spec, train_all
-
     alone, before = standalone_budget(budget, opts.equal_tokens, opts.supernet, sn.meta)
-    validation = Validation.load(data, sn.cfg, opts.validation_tokens(), "full", opts.data_seed)
-    out = start(opts)
-    seeds = list(range(opts.seed, opts.seed + k))
     common = dict(size=preset_size(sn), cfg=sn.cfg.to_dict(), budget=alone, data=data, data_seed=opts.data_seed)
     archs = [o.compact for o in orders]
+    specs = {seed: [(f"stand-alone MLM training of {a} (seed {seed})", standalone_spec(a, seed, **common))
+                    for a in archs] for seed in range(opts.seed, opts.seed + k)}
+    return opts, m, budget, sn, data, alone, before, archs, specs
+
+
+def run_iot_study(opts: IOTStudyOptions) -> dict:
+    from ..cost import core_minutes
+
+    opts, m, budget, sn, data, alone, before, archs, specs = plan_iot(opts)
+    if opts.nnictl:  # the stand-alone baselines as an nnictl experiment (nnictl.py): nothing else done here
+        from .nnictl import write_study_experiment
+
+        return write_study_experiment(opts, [s for seed_specs in specs.values() for s in seed_specs])
+    from .store import Validation, train_all
+
+    validation = Validation.load(data, sn.cfg, opts.validation_tokens(), "full", opts.data_seed)
+    out = start(opts)
+    seeds, k = list(specs), len(specs)
     per_seed, costs = [], []
     for i, seed in enumerate(seeds):
         iot_dir = out / "iot" / f"seed{seed}"
         log(f"[seed {i + 1}/{k}] IOT over {', '.join(archs)}: {budget.steps} steps of batch {budget.batch_size}")
         _train_iot(opts, iot_dir, seed, budget, m)
-        specs = [(f"stand-alone MLM training of {a} (seed {seed})", standalone_spec(a, seed, **common)) for a in archs]
-        paths = dict(zip(archs, train_all(specs, opts.store(), opts.progress)))
+        paths = dict(zip(archs, train_all(specs[seed], opts.store(), opts.progress)))
         per_seed.append(_score(out, seed, iot_dir, paths, validation))
         costs.append({"iot": core_minutes(RunDir(iot_dir, "IOT").meta),
                       "standalone": {a: core_minutes(RunDir(p, "pretrain").meta) for a, p in paths.items()}})
@@ -272,7 +289,7 @@ def run_iot_study(opts: IOTStudyOptions) -> dict:
                   standalone_budget=alone.__dict__, equal_tokens=opts.equal_tokens,
                   sequences={"supernet": before, "iot": budget.steps * budget.batch_size,
                              "standalone": alone.steps * alone.batch_size})
-    _report(result, out)
+    report(result, out)
     write_json(out / RESULT, result)
     return {"seeds": seeds, "orders": archs, "result": str(out / RESULT), "goal": result["goal"]}
 
@@ -312,79 +329,3 @@ def summarize(per_seed: list[dict], costs: list[dict], archs: list[str]) -> dict
                  "all_standalone_core_minutes": float(np.mean([sum(c["standalone"].values()) for c in costs]))},
         "goal": goal,
     }
-
-
-def _pm(d: dict, sign: str = "") -> str:  # sign "+": a difference
-    return f"{d['mean']:{sign}.4f} ± {d['se']:.4f}"
-
-
-def _report(result: dict, out: Path) -> None:
-    b, s, mean, goal = result["budget"], result["settings"], result["mean"], result["goal"]
-    seqs = result["sequences"]
-    same = "the supernet's plus IOT's" if result["equal_tokens"] == "total" else "IOT's alone"
-    base = goal["baseline"]
-    aux = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in result["auxiliary_losses"].items())
-    rows = [[p["seed"], _pm(p["routed"]), f"`{p['best_shared']['arch']}` {_pm(p['best_shared'])}",
-             _pm(p["routed_minus_best_shared"], "+"), _pm(p["oracle"]), f"{p['agreement']:.3f}",
-             " / ".join(f"{100 * u:.0f}" for u in p["usage"]), _pm(p["standalone"][base]),
-             _pm(p["standalone"][base]["routed_minus_this"], "+"),
-             f"{p['core_minutes']['iot']:.2f}", f"{p['core_minutes']['standalone'][base]:.2f}"]
-            for p in result["per_seed"]]
-    rows.append(["mean", _pm(mean["routed"]), _pm(mean["best_shared"]), _pm(mean["routed_minus_best_shared"], "+"),
-                 _pm(mean["oracle"]), f"{mean['agreement']:.3f}", " / ".join(f"{100 * u:.0f}" for u in mean["usage"]),
-                 _pm(mean["standalone"][base]), _pm(goal["routed_minus_standalone"], "+"),
-                 f"{mean['iot_core_minutes']:.2f}", f"{mean['baseline_core_minutes']:.2f}"])
-    d = goal["routed_minus_standalone"]
-    z = "n/a" if goal["z"] is None else f"{goal['z']:.2f}"
-    md = [f"# IOT against the best single order trained alone ({len(result['seeds'])} seed"
-          f"{'s' * (len(result['seeds']) > 1)}, M = {result['m']})\n",
-          f"Reference supernet `{result['supernet']}`. Orders: {', '.join(f'`{a}`' for a in result['orders'])}. "
-          f"IOT: {b['steps']} steps, batch {b['batch_size']}, lr {b['lr']:g}, warm-up {b['warmup_steps']}, from the "
-          f"supernet's weights ({seqs['supernet']} training sequences before); each stand-alone model from scratch: "
-          f"{result['standalone_budget']['steps']} steps of the same batch and schedule ({seqs['standalone']} "
-          f"sequences: {same}). IOT settings: tau {s['tau']:g} "
-          f"(min {s['tau_min']:g}, decay {s['tau_decay']:g} every {s['tau_every']}), c1 (L_D) {s['c1']:g}, c2 (L_S) "
-          f"{s['c2']:g}, clamp {s['clamp']:g}, Gumbel {'on' if s['gumbel'] else 'off'}; auxiliary losses: {aux}. "
-          f"Scored on {result['validation']['masked_tokens']} masked validation tokens "
-          f"({result['validation']['masking']} masking); ± is a standard error (per seed: clustered by validation "
-          "sequence; the mean: over seeds, or the token-level error with one seed).\n",
-          f"- **goal** (routed beats the stand-alone `{base}` by more than 2 standard errors): "
-          f"**{'met' if goal['met'] else 'not met'}**: routed − stand-alone = {_pm(d, '+')} (z = {z})",
-          f"- headroom: oracle − routed = {mean['oracle']['mean'] - mean['routed']['mean']:+.4f}; predictor agrees "
-          f"with the oracle's choice on {mean['agreement']:.3f} of the instances (by chance "
-          f"{mean['agreement_by_chance']:.3f})",
-          f"- cost (core-minutes, mean per seed): IOT {mean['iot_core_minutes']:.2f}; the stand-alone baseline "
-          f"{mean['baseline_core_minutes']:.2f} (all {result['m']} stand-alone orders "
-          f"{mean['all_standalone_core_minutes']:.2f}); the reference supernet "
-          + ("n/a" if result["supernet_core_minutes"] is None else f"{result['supernet_core_minutes']:.2f}"),
-          "- the baseline order is the best stand-alone order on the mean over seeds, chosen on these validation "
-          "tokens (in its favour)" + ("" if result["equal_tokens"] == "total" else
-                                      "; with --equal-tokens iot the stand-alone models see fewer sequences than the "
-                                      "IOT model (which inherits the supernet's training): in IOT's favour") + "\n",
-          markdown_table(["seed", "routed", "best shared order", "routed − best shared", "oracle", "agreement",
-                          "usage %", f"stand-alone `{base}`", "routed − stand-alone", "IOT core-min",
-                          "stand-alone core-min"], rows),
-          markdown_table(["order", "shared weights (mean ± se)", "stand-alone (mean ± se)", "usage %"],
-                         [[f"`{a}`", _pm(mean["orders_shared"][a]), _pm(mean["standalone"][a]),
-                           f"{100 * u:.0f}"] for a, u in zip(result["orders"], mean["usage"])])]
-    write_text(out / "iot.md", "\n".join(md))
-    _plot(result, out / "iot.png")
-
-
-def _plot(result: dict, path: Path) -> None:
-    mean, archs = result["mean"], result["orders"]
-    bars = ([(f"{a}\nshared", mean["orders_shared"][a], "tab:blue") for a in archs]
-            + [("routed", mean["routed"], "tab:green"), ("oracle", mean["oracle"], "tab:gray")]
-            + [(f"{a}\nalone", mean["standalone"][a], "tab:orange") for a in archs])
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(6.4, 0.8 * len(bars)), 4.2))
-    xs = np.arange(len(bars))
-    ax.bar(xs, [v["mean"] for _, v, _ in bars], yerr=[2 * v["se"] for _, v, _ in bars],
-           color=[c for _, _, c in bars], capsize=3)
-    lo, hi = (f(v["mean"] + sign * 2 * v["se"] for _, v, _ in bars) for f, sign in ((min, -1), (max, 1)))
-    ax.set_ylim(max(0.0, lo - 0.1 * (hi - lo + 1e-6)), hi + 0.1 * (hi - lo + 1e-6))
-    ax.set_xticks(xs, [name for name, _, _ in bars], fontsize=8)
-    ax.set_ylabel("validation MLM accuracy (± 2 se)")
-    ax.set_title(f"IOT over {len(result['seeds'])} seed(s): shared orders, routed, oracle, stand-alone", fontsize=10)
-    ax.grid(alpha=0.3, axis="y")
-    save_figure(fig, path, dpi=110, bbox_inches="tight")

@@ -1,9 +1,8 @@
 """A study's stand-alone trainings as an NNI experiment: one nnictl trial per model of the model store.
 
-    lvbert study ranking --nnictl DIR [--trial-concurrency N] [the study's other options]
+    lvbert study ranking | iot | downstream --nnictl DIR [--trial-concurrency N] [the study's other options]
 
-builds the study's model specs exactly as the study itself does (`ranking.plan_ranking`, `study_common`,
-`standalone_specs`: the ground truth's orders x seeds, then each `short:N` ranker's models), trains nothing and
+(`StandaloneStudyOptions`) builds the study's model specs exactly as the study itself does, trains nothing and
 writes into DIR:
 
     standalone.yml          experiments/standalone.yml (trialConcurrency set): GridSearch over the model keys, the
@@ -15,10 +14,17 @@ writes into DIR:
     bind_localhost.js       the web UI on 127.0.0.1 only: NODE_OPTIONS="--require $PWD/DIR/bind_localhost.js"
 
 Each trial (`study/trial.py`) trains its key into the store with `store.train_standalone` and reports to NNI. Once
-the experiment is done, the same `lvbert study ranking` command finds every model finished and only scores them.
-`rerank:K:N` rankers train models that depend on the first stage's scores: the study trains those itself.
+the experiment is done, the same study command without --nnictl finds every model finished and only trains the rest.
+The models per study (`ranking_specs`, `iot.plan_iot`, `downstream.plan_downstream`, each shared with the study's
+in-process path, so both give the same keys):
+
+    ranking     the ground truth's orders x seeds (`ranking.plan_ranking`, `standalone_specs`), then each `short:N`
+                ranker's models; `rerank:K:N` models depend on the first stage's scores: the study trains those
+    iot         every seed's M orders stand-alone (the baseline); IOT's own runs stay in the study's process
+    downstream  every arch x pre-training seed; the fine-tunings stay in the study's process
+
 The study directory (--out) is not written: orders are drawn from --seed as the study draws them (with --resume,
-the study directory's stored orders are used).
+the study directory's stored options and orders are used).
 """
 from __future__ import annotations
 
@@ -36,9 +42,9 @@ SPACE = "standalone_space.json"
 MODELS = "models.json"
 
 
-def ranking_specs(opts) -> tuple[list[tuple[str, Standalone]], Path]:
-    """(description, spec) of every stand-alone training `lvbert study ranking` with `opts` runs before its rankers
-    (the ground truth, then `short:N`), each key once, and the model store."""
+def ranking_specs(opts) -> tuple:
+    """(options as resumed, (description, spec) of every stand-alone training `lvbert study ranking` with `opts` runs
+    before its rankers: the ground truth, then `short:N`)."""
     from .ranking import plan_ranking, standalone_specs, study_common
 
     opts, _, k, rankers, budget, ref, orders = plan_ranking(opts)
@@ -48,10 +54,12 @@ def ranking_specs(opts) -> tuple[list[tuple[str, Standalone]], Path]:
         if r.kind == "short":  # as ranking._ranker_result's short_spec: the study's seed, N steps
             specs += [(f"{r.name}: {a.compact}", standalone_spec(a, opts.seed, budget=budget.shortened(int(r.arg)),
                                                                  **common)) for a, _ in orders]
-    unique = {}
-    for what, spec in specs:
-        unique.setdefault(spec.dirname(), (what, spec))
-    return list(unique.values()), opts.store()
+    return opts, specs
+
+
+def write_study_experiment(opts, specs: list[tuple[str, Standalone]]) -> dict:
+    """A study's experiment (`StandaloneStudyOptions`: --nnictl DIR, --trial-concurrency) over its model store."""
+    return write_experiment(Path(opts.nnictl), specs, opts.store(), opts.trial_concurrency)
 
 
 def spec_json(spec: Standalone) -> dict:
@@ -64,7 +72,8 @@ def spec_from_json(values: dict) -> Standalone:
 
 
 def write_experiment(dest: Path, specs: list[tuple[str, Standalone]], store: Path, concurrency: int = 2) -> dict:
-    """DIR/standalone.yml (unless there), DIR/standalone_space.json and DIR/models.json (see the module docstring)."""
+    """DIR/standalone.yml (unless there), DIR/standalone_space.json and DIR/models.json (see the module docstring);
+    the summary: the config, how many models and how many of them the store has finished."""
     from ..resources import BIND_JS_FILE, EXPERIMENTS_DIR
 
     if concurrency < 1:
@@ -73,7 +82,9 @@ def write_experiment(dest: Path, specs: list[tuple[str, Standalone]], store: Pat
         raise UserError(f"{dest} exists and is not a directory")
     if not specs:
         raise UserError("no stand-alone trainings to write")
-    models = {spec.dirname(): {"what": what, "spec": spec_json(spec)} for what, spec in specs}
+    models = {}
+    for what, spec in specs:  # each key once, with its first description (the study trains it once too)
+        models.setdefault(spec.dirname(), {"what": what, "spec": spec_json(spec)})
     config = dest / CONFIG
     try:
         write_json(dest / MODELS, {"store": str(store.resolve()), "models": models})

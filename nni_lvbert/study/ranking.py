@@ -31,7 +31,8 @@ from ..errors import UserError
 from ..options import opt
 from ..rundir import RunDir
 from ..safeio import read_json
-from .common import StudyOptions, begin_on_supernet, log, shown_path, shown_stats, start
+from .common import (NNICTL_OPTIONS, StandaloneStudyOptions, begin_on_supernet, log, shown_path, shown_stats,
+                     start)
 from .ranking_plots import plot_cost, plot_scatter, plot_truth
 from .reanalyse import ceiling_lines, group_tables, other_seeds_cell, pick_cell, reanalyse, searched_line, vs_cell
 from .stats import kendall, markdown_table, noise_ceiling, rank_correlations, regret, top_overlap
@@ -43,9 +44,9 @@ RESULT = "ranking.json"
 
 
 @dataclass(frozen=True)
-class RankingOptions(StudyOptions):
+class RankingOptions(StandaloneStudyOptions):
     # a resumed study may compare other rankers: each is kept by name (rankers/), the ground truth stays
-    MAY_CHANGE_ON_RESUME: ClassVar[frozenset[str]] = frozenset({"rankers", "nnictl", "trial_concurrency"})
+    MAY_CHANGE_ON_RESUME: ClassVar[frozenset[str]] = NNICTL_OPTIONS | {"rankers"}
 
     out: str = f"{layout.STUDY}/ranking"
     # the reference supernet: its space, shape and data define the study; the ranker `spos`
@@ -72,11 +73,6 @@ class RankingOptions(StudyOptions):
     val_masking: str = opt("full", "full: every validation token masked once over 7 rounds (default); fixed: the "
                                    "split's fixed 15 %% masking (7x cheaper, noisier)", choices=["full", "fixed"],
                            group="")
-    nnictl: str | None = opt(None, "write the stand-alone trainings (ground truth, short:N) as an nnictl experiment "
-                                   "into DIR (standalone.yml, its space, models.json) instead of training them here; "
-                                   "run it with nnictl, then this study with the same --models", metavar="DIR",
-                             group="")
-    trial_concurrency: int = opt(2, "with --nnictl: trialConcurrency of a newly written standalone.yml", group="")
     rank_by: str = opt("acc", "rank by validation MLM accuracy (default) or loss", choices=["acc", "loss"], group="")
 
 
@@ -154,10 +150,9 @@ def run_ranking(opts: RankingOptions) -> dict:
     import numpy as np
 
     if opts.nnictl:  # the trainings as an nnictl experiment (study/nnictl.py): nothing trained or scored here
-        from .nnictl import ranking_specs, write_experiment
+        from .nnictl import ranking_specs, write_study_experiment
 
-        specs, store = ranking_specs(opts)
-        return write_experiment(Path(opts.nnictl), specs, store, opts.trial_concurrency)
+        return write_study_experiment(*ranking_specs(opts))
     opts, n, k, rankers, budget, ref, orders = plan_ranking(opts)
     out = start(opts)
     if not (out / ORDERS).is_file():

@@ -8,8 +8,9 @@ rebuilt from models.json and must give the same key (same spec, same directory n
 `store.train_standalone` trains it into the store, or skips it when finished there (resumes it when interrupted,
 waits when another process holds its lock). Then, from the run's meta.json, every validation record's MLM accuracy
 is an intermediate result and the final one the final result ({"default": accuracy, "model": key, "val_mlm_loss",
-"steps", "trained"}: trained 0 when the store had it). The store trains with `--val-every` = the budget's steps, so the curve
-is one point per model unless the run was resumed from a longer one. A failed trial exits non-zero with one
+"steps", "trained"}: trained 0 when the store had it; an ELECTRA model of `study downstream`: its generator's MLM
+accuracy and "val_gen_loss"). The store trains with `--val-every` = the budget's steps, so the curve is one point
+per model unless the run was resumed from a longer one. A failed trial exits non-zero with one
 `error:` line last on stderr (NNI's web UI: the trial's stderr log).
 """
 from __future__ import annotations
@@ -30,7 +31,8 @@ def run_trial(specs_file: Path, key: str | None) -> dict:
     listing = read_json(specs_file, "models.json of a stand-alone experiment")
     models = listing.get("models")
     if not isinstance(models, dict) or "store" not in listing:
-        raise UserError(f"{specs_file} is not a models.json written by `lvbert study ranking --nnictl DIR`")
+        raise UserError(f"{specs_file} is not a models.json written by `lvbert study ranking|iot|downstream "
+                        "--nnictl DIR`")
     reporting = in_nni_trial()
     if key is None:
         if not reporting:
@@ -55,19 +57,21 @@ def run_trial(specs_file: Path, key: str | None) -> dict:
 
     meta = RunDir(path, "pretrain").meta
     final = meta.get("final") or {}
-    if "val_mlm_acc" not in final:
-        raise UserError(f"{path}/meta.json has no final val_mlm_acc")
+    # MLM's accuracy, or ELECTRA's generator's (what `study downstream` scores an ELECTRA model by)
+    acc, loss = ("val_mlm_acc", "val_mlm_loss") if "val_mlm_acc" in final else ("val_gen_mlm_acc", "val_gen_loss")
+    if acc not in final:
+        raise UserError(f"{path}/meta.json has no final val_mlm_acc (nor an ELECTRA generator's val_gen_mlm_acc)")
     # the key in the metric itself: NNI may list another trial's parameters beside it (nni_compat/trials.py)
-    result = {"default": float(final["val_mlm_acc"]), "model": key, "steps": int(meta.get("steps", 0)),
+    result = {"default": float(final[acc]), "model": key, "steps": int(meta.get("steps", 0)),
               "trained": int(not before)}
-    if "val_mlm_loss" in final:
-        result["val_mlm_loss"] = float(final["val_mlm_loss"])
+    if loss in final:
+        result[loss] = float(final[loss])
     if reporting:
         import nni
 
         for record in meta.get("validation", []):
-            if "val_mlm_acc" in record:
-                nni.report_intermediate_result(float(record["val_mlm_acc"]))
+            if acc in record:
+                nni.report_intermediate_result(float(record[acc]))
         nni.report_final_result(result)
     return {"run": str(path), **result}
 

@@ -1,0 +1,86 @@
+"""`lvbert study iot`'s report: iot.md (the goal, headroom, cost, per-seed and per-order tables) and iot.png, from
+the result `iot.summarize` gives."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..atomic import pyplot, save_figure, write_text
+from .stats import markdown_table
+
+
+def _pm(d: dict, sign: str = "") -> str:  # sign "+": a difference
+    return f"{d['mean']:{sign}.4f} ± {d['se']:.4f}"
+
+
+def report(result: dict, out: Path) -> None:
+    b, s, mean, goal = result["budget"], result["settings"], result["mean"], result["goal"]
+    seqs = result["sequences"]
+    same = "the supernet's plus IOT's" if result["equal_tokens"] == "total" else "IOT's alone"
+    base = goal["baseline"]
+    aux = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in result["auxiliary_losses"].items())
+    rows = [[p["seed"], _pm(p["routed"]), f"`{p['best_shared']['arch']}` {_pm(p['best_shared'])}",
+             _pm(p["routed_minus_best_shared"], "+"), _pm(p["oracle"]), f"{p['agreement']:.3f}",
+             " / ".join(f"{100 * u:.0f}" for u in p["usage"]), _pm(p["standalone"][base]),
+             _pm(p["standalone"][base]["routed_minus_this"], "+"),
+             f"{p['core_minutes']['iot']:.2f}", f"{p['core_minutes']['standalone'][base]:.2f}"]
+            for p in result["per_seed"]]
+    rows.append(["mean", _pm(mean["routed"]), _pm(mean["best_shared"]), _pm(mean["routed_minus_best_shared"], "+"),
+                 _pm(mean["oracle"]), f"{mean['agreement']:.3f}", " / ".join(f"{100 * u:.0f}" for u in mean["usage"]),
+                 _pm(mean["standalone"][base]), _pm(goal["routed_minus_standalone"], "+"),
+                 f"{mean['iot_core_minutes']:.2f}", f"{mean['baseline_core_minutes']:.2f}"])
+    d = goal["routed_minus_standalone"]
+    z = "n/a" if goal["z"] is None else f"{goal['z']:.2f}"
+    md = [f"# IOT against the best single order trained alone ({len(result['seeds'])} seed"
+          f"{'s' * (len(result['seeds']) > 1)}, M = {result['m']})\n",
+          f"Reference supernet `{result['supernet']}`. Orders: {', '.join(f'`{a}`' for a in result['orders'])}. "
+          f"IOT: {b['steps']} steps, batch {b['batch_size']}, lr {b['lr']:g}, warm-up {b['warmup_steps']}, from the "
+          f"supernet's weights ({seqs['supernet']} training sequences before); each stand-alone model from scratch: "
+          f"{result['standalone_budget']['steps']} steps of the same batch and schedule ({seqs['standalone']} "
+          f"sequences: {same}). IOT settings: tau {s['tau']:g} "
+          f"(min {s['tau_min']:g}, decay {s['tau_decay']:g} every {s['tau_every']}), c1 (L_D) {s['c1']:g}, c2 (L_S) "
+          f"{s['c2']:g}, clamp {s['clamp']:g}, Gumbel {'on' if s['gumbel'] else 'off'}; auxiliary losses: {aux}. "
+          f"Scored on {result['validation']['masked_tokens']} masked validation tokens "
+          f"({result['validation']['masking']} masking); ± is a standard error (per seed: clustered by validation "
+          "sequence; the mean: over seeds, or the token-level error with one seed).\n",
+          f"- **goal** (routed beats the stand-alone `{base}` by more than 2 standard errors): "
+          f"**{'met' if goal['met'] else 'not met'}**: routed − stand-alone = {_pm(d, '+')} (z = {z})",
+          f"- headroom: oracle − routed = {mean['oracle']['mean'] - mean['routed']['mean']:+.4f}; predictor agrees "
+          f"with the oracle's choice on {mean['agreement']:.3f} of the instances (by chance "
+          f"{mean['agreement_by_chance']:.3f})",
+          f"- cost (core-minutes, mean per seed): IOT {mean['iot_core_minutes']:.2f}; the stand-alone baseline "
+          f"{mean['baseline_core_minutes']:.2f} (all {result['m']} stand-alone orders "
+          f"{mean['all_standalone_core_minutes']:.2f}); the reference supernet "
+          + ("n/a" if result["supernet_core_minutes"] is None else f"{result['supernet_core_minutes']:.2f}"),
+          "- the baseline order is the best stand-alone order on the mean over seeds, chosen on these validation "
+          "tokens (in its favour)" + ("" if result["equal_tokens"] == "total" else
+                                      "; with --equal-tokens iot the stand-alone models see fewer sequences than the "
+                                      "IOT model (which inherits the supernet's training): in IOT's favour") + "\n",
+          markdown_table(["seed", "routed", "best shared order", "routed − best shared", "oracle", "agreement",
+                          "usage %", f"stand-alone `{base}`", "routed − stand-alone", "IOT core-min",
+                          "stand-alone core-min"], rows),
+          markdown_table(["order", "shared weights (mean ± se)", "stand-alone (mean ± se)", "usage %"],
+                         [[f"`{a}`", _pm(mean["orders_shared"][a]), _pm(mean["standalone"][a]),
+                           f"{100 * u:.0f}"] for a, u in zip(result["orders"], mean["usage"])])]
+    write_text(out / "iot.md", "\n".join(md))
+    _plot(result, out / "iot.png")
+
+
+def _plot(result: dict, path: Path) -> None:
+    mean, archs = result["mean"], result["orders"]
+    bars = ([(f"{a}\nshared", mean["orders_shared"][a], "tab:blue") for a in archs]
+            + [("routed", mean["routed"], "tab:green"), ("oracle", mean["oracle"], "tab:gray")]
+            + [(f"{a}\nalone", mean["standalone"][a], "tab:orange") for a in archs])
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.8 * len(bars)), 4.2))
+    xs = np.arange(len(bars))
+    ax.bar(xs, [v["mean"] for _, v, _ in bars], yerr=[2 * v["se"] for _, v, _ in bars],
+           color=[c for _, _, c in bars], capsize=3)
+    lo, hi = (f(v["mean"] + sign * 2 * v["se"] for _, v, _ in bars) for f, sign in ((min, -1), (max, 1)))
+    ax.set_ylim(max(0.0, lo - 0.1 * (hi - lo + 1e-6)), hi + 0.1 * (hi - lo + 1e-6))
+    ax.set_xticks(xs, [name for name, _, _ in bars], fontsize=8)
+    ax.set_ylabel("validation MLM accuracy (± 2 se)")
+    ax.set_title(f"IOT over {len(result['seeds'])} seed(s): shared orders, routed, oracle, stand-alone", fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
