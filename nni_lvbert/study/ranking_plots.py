@@ -94,7 +94,8 @@ def plot_truth(result: dict, path: Path) -> None:
                             for r in group], rotation=60, ha="right", fontsize=7)
         ax.set_title(f"{title} ({len(group)}), best first", fontsize=9)
         ax.grid(alpha=0.3, axis="y")
-    axes[0][0].set_ylabel(f"stand-alone MLM {result['rank_by']} (dots: seeds; bar: mean)")
+    what = "minus the MLM loss" if result["rank_by"] == "loss" else "MLM accuracy"  # the scores: higher is better
+    axes[0][0].set_ylabel(f"stand-alone {what} (dots: seeds; bar: mean)")
     fig.suptitle(f"The ground truth: {len(result['seeds'])} seed(s) per order; blue: with convolution", fontsize=10)
     fig.tight_layout()
     save_figure(fig, path, dpi=110, bbox_inches="tight")
