@@ -51,7 +51,7 @@ class IOTFinetuneOptions(StudyOptions):
                                       "fine-tuned with seed s", metavar="DIR", group=SOURCE, exclusive="source")
     iot: str | None = opt(None, "one IOT run directory (`lvbert iot train`), fine-tuned with each seed",
                           metavar="RUN", group=SOURCE, exclusive="source")
-    task: str = opt("", "a classification task: sotu-era (embedded), a GLUE task with --task-data (cola, sst-2, "
+    task: str | None = opt(None, "a classification task: sotu-era (embedded), a GLUE task with --task-data (cola, sst-2, "
                         "mrpc, qqp, mnli, qnli, rte, wnli), or your name with --task-data FILE_OR_FOLDER and "
                         "--text-column/--label-column", group="")
     task_data: str | None = opt(None, "the GLUE folder, or a folder with train.*/dev.*, or a train file",
@@ -312,8 +312,8 @@ def summarize(per_seed: list[dict]) -> dict:
     }
 
 
-def _pm(d: dict, sign: str = "") -> str:
-    return f"{d['mean']:{sign}.4f} ± {d['se']:.4f}"
+def _pm(d: dict, sign: str = "", digits: int = 4) -> str:
+    return f"{d['mean']:{sign}.{digits}f} ± {d['se']:.{digits}f}"
 
 
 def _report(result: dict, out: Path) -> None:
@@ -349,8 +349,8 @@ def _report(result: dict, out: Path) -> None:
           f"- headroom: oracle − routed = {mean['oracle']['mean'] - mean['routed']['mean']:+.4f}; where the orders "
           f"disagree (mean {mean['mixed_instances']:.0f} instances) the predictor picks a right order on {agreement} "
           f"of them (by chance {chance})",
-          f"- {result['metric']} (0-100): routed {_pm(mean['routed_score'])}, `{base}` alone "
-          f"{_pm(mean['standalone_score'][base])}",
+          f"- {result['metric']} (0-100): routed {_pm(mean['routed_score'], digits=2)}, `{base}` alone "
+          f"{_pm(mean['standalone_score'][base], digits=2)}",
           f"- cost (core-minutes per seed, {result['device']}): IOT fine-tuning {mean['iot_core_minutes']:.2f}, "
           f"`{base}` alone {mean['baseline_core_minutes']:.2f}\n",
           markdown_table(["seed", "routed", "oracle", "agreement (instances)", "usage %", f"`{base}` alone",
@@ -364,9 +364,9 @@ def _report(result: dict, out: Path) -> None:
 
 def _plot(result: dict, path: Path) -> None:
     mean, archs = result["mean"], result["orders"]
-    bars = ([(f"{a}\nIOT weights", mean["orders_iot"][a], "tab:blue") for a in archs]
+    bars = ([(f"order {k}\nIOT-tuned", mean["orders_iot"][a], "tab:blue") for k, a in enumerate(archs)]
             + [("routed", mean["routed"], "tab:green"), ("oracle", mean["oracle"], "tab:gray")]
-            + [(f"{a}\nalone", mean["standalone"][a], "tab:orange") for a in archs])
+            + [(f"order {k}\nalone", mean["standalone"][a], "tab:orange") for k, a in enumerate(archs)])
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6.4, 0.8 * len(bars)), 4.2))
     xs = np.arange(len(bars))
@@ -376,6 +376,7 @@ def _plot(result: dict, path: Path) -> None:
     ax.set_ylim(max(0.0, lo - 0.1 * (hi - lo + 1e-6)), min(1.0, hi + 0.1 * (hi - lo + 1e-6)) + 1e-3)
     ax.set_xticks(xs, [name for name, _, _ in bars], fontsize=8)
     ax.set_ylabel(f"{result['task']} dev accuracy (± 2 se)")
+    ax.set_xlabel("; ".join(f"order {k}: {a}" for k, a in enumerate(archs)), fontsize=7)
     ax.set_title(f"IOT fine-tuning, {len(result['seeds'])} seed(s): orders, routed, oracle, alone", fontsize=10)
     ax.grid(alpha=0.3, axis="y")
     save_figure(fig, path, dpi=110, bbox_inches="tight")
