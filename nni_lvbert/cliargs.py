@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import UserError
-from .options import field_default, flag_of, option_meta
+from .options import FLAT, field_default, flag_of, option_meta
 
 
 def add_json_arg(p) -> None:
@@ -63,7 +63,8 @@ def print_result(result: dict, as_json: bool) -> None:
 @dataclass
 class Option:
     """One flag-bearing field of an options class (nested option groups flattened): `parent` names the field of
-    the nested group it belongs to (e.g. search's `evolution`), None at the top level."""
+    the nested group it belongs to (e.g. search's `evolution`), None at the top level; `flat`: a group whose
+    options a --config file and --print-config name at the top level (`options.flat_group`: hardware, data)."""
 
     name: str
     type: Any
@@ -71,6 +72,7 @@ class Option:
     meta: dict
     section: str | None
     parent: str | None = None
+    flat: bool = False
 
     @property
     def base(self):
@@ -93,18 +95,18 @@ def _section(cls, name: str) -> str | None:
     return None
 
 
-def options_of(cls, parent: str | None = None) -> list[Option]:
+def options_of(cls, parent: str | None = None, flat: bool = False) -> list[Option]:
     """Every field of `cls` that has a flag (see `options.opt`), nested option groups flattened."""
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
         meta = option_meta(cls, f.name)
         default = field_default(f)
-        if dataclasses.is_dataclass(default):  # a nested options group (search's EvolutionConfig)
-            out += options_of(type(default), parent=f.name)
+        if dataclasses.is_dataclass(default):  # a nested options group (search's EvolutionConfig, HardwareOptions)
+            out += options_of(type(default), parent=f.name, flat=bool(f.metadata.get(FLAT)))
         elif meta is not None:
             section = (meta["group"] or None) if "group" in meta else _section(cls, f.name)
-            out.append(Option(f.name, hints[f.name], default, meta, section, parent))
+            out.append(Option(f.name, hints[f.name], default, meta, section, parent, flat))
     return out
 
 
@@ -264,7 +266,7 @@ def read_config(cls, path: str, skip: tuple[str, ...] = ()) -> dict:
     if not isinstance(data, dict):
         raise UserError(f"--config {path}: expected a mapping of option names to values, got {type(data).__name__}")
     options = {o.name: o for o in options_of(cls) if o.name not in skip}
-    parents = {o.parent for o in options.values() if o.parent}
+    parents = {o.parent for o in options.values() if o.parent and not o.flat}
     flat = {}
     for key, value in data.items():
         if key in parents and isinstance(value, dict):
@@ -333,7 +335,7 @@ def config_yaml(cls, args) -> str:
         if o.name in getattr(args, "options_skip", ()):
             continue
         value = getattr(getattr(opts, o.parent), o.name) if o.parent else getattr(opts, o.name)
-        (out.setdefault(o.parent, {}) if o.parent else out)[o.name] = value
+        (out.setdefault(o.parent, {}) if o.parent and not o.flat else out)[o.name] = value
     return yaml.safe_dump(out, sort_keys=False, allow_unicode=True).rstrip()
 
 

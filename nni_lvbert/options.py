@@ -95,12 +95,87 @@ def opt(default: Any = dataclasses.MISSING, help: str = "", *, default_factory: 
 
 
 def option_meta(cls, name: str) -> dict | None:
-    """The flag metadata of option `name` of `cls` (the most derived declaration that has one), None: no flag."""
-    for klass in (cls if isinstance(cls, type) else type(cls)).__mro__:
+    """The flag metadata of option `name` of `cls` (the most derived declaration that has one; an option of a flat
+    group is its group class's), None: no flag."""
+    cls = cls if isinstance(cls, type) else type(cls)
+    group = _flat_index(cls).get(name)
+    if group is not None:
+        return option_meta(group[1], name)
+    for klass in cls.__mro__:
         f = getattr(klass, "__dataclass_fields__", {}).get(name)
         if f is not None and "help" in f.metadata:
             return dict(f.metadata)
     return None
+
+
+# --- flat option groups: nested values, flat everywhere a user or a file sees them --------------------------------
+FLAT = "flat_group"  # field metadata: an option group (`HardwareOptions`, ...) held as one value
+
+
+def flat_group(cls) -> Any:
+    """A field holding option group `cls` (default: its defaults) whose options keep their own names outside the
+    value: flat flags, --config keys, --print-config lines and options.json keys (`to_dict`)."""
+    return dataclasses.field(default_factory=cls, metadata={FLAT: True})
+
+
+def flat_groups(cls) -> dict[str, type]:
+    """{field name: group class} of `cls`'s flat groups (`flat_group`), in declaration order."""
+    cls = cls if isinstance(cls, type) else type(cls)
+    return {f.name: type(field_default(f)) for f in dataclasses.fields(cls) if f.metadata.get(FLAT)}
+
+
+def _flat_index(cls) -> dict[str, tuple[str, type]]:
+    """{option name: (group field, group class)} of the options in `cls`'s flat groups."""
+    if not dataclasses.is_dataclass(cls):
+        return {}
+    return {f.name: (g, group) for g, group in flat_groups(cls).items() for f in dataclasses.fields(group)}
+
+
+def get_option(opts, name: str) -> Any:
+    """Option `name` of `opts`, looked up in its flat groups too (`opts.hardware.devices` for "devices")."""
+    where = _flat_index(type(opts)).get(name)
+    return getattr(getattr(opts, where[0]), name) if where else getattr(opts, name)
+
+
+def has_option(opts, name: str) -> bool:
+    return name in _flat_index(type(opts)) or hasattr(opts, name)
+
+
+def _split(cls, values: dict) -> tuple[dict, dict]:
+    """(`cls`'s fields, {flat group: {option: value}}) of `values` named flat (a group's options by their own
+    names; a whole group may be given too, its options then change it)."""
+    index, top, options = _flat_index(cls), {}, {}
+    for k, v in values.items():
+        if k in index:
+            options.setdefault(index[k][0], {})[k] = v
+        else:
+            top[k] = v
+    return top, options
+
+
+def replace_options(opts, **values):
+    """`dataclasses.replace` taking the options of flat groups by their own names (`devices=...`)."""
+    top, options = _split(type(opts), values)
+    for g, changes in options.items():
+        top[g] = dataclasses.replace(top.get(g, getattr(opts, g)), **changes)
+    return dataclasses.replace(opts, **top)
+
+
+def flat_options(cls, **values):
+    """A `cls` options value from flat keyword arguments: each flat group's options by their own names (what
+    `lvbert` builds from its flags, as API callers and tests spell it)."""
+    top, options = _split(cls, values)
+    for g, changes in options.items():
+        top[g] = dataclasses.replace(top[g], **changes) if g in top else flat_groups(cls)[g](**changes)
+    return cls(**top)
+
+
+class FlatOptions:
+    """A mixin of options classes with flat groups: `Options.flat(devices="2", ...)` (`flat_options`)."""
+
+    @classmethod
+    def flat(cls, **values):
+        return flat_options(cls, **values)
 
 
 def flag_of(name: str, meta: dict, default: Any) -> str:
@@ -115,13 +190,17 @@ def flag(name: str, opts=None) -> str:
     meta = option_meta(opts, name) if opts is not None else None
     if meta is None:
         return "--" + name.replace("_", "-")
-    return flag_of(name, meta, field_default(type(opts).__dataclass_fields__[name]))
+    where = _flat_index(type(opts)).get(name)
+    return flag_of(name, meta, field_default((where[1] if where else type(opts)).__dataclass_fields__[name]))
 
 
 def to_dict(opts) -> dict:
     """The options as stored in a run directory (JSON-safe; `given` is not an option)."""
-    d = dataclasses.asdict(opts)
-    d.pop("given", None)
+    full, d = dataclasses.asdict(opts), {}
+    full.pop("given", None)
+    groups = flat_groups(opts)
+    for name, value in full.items():  # a flat group's options in its place, by their own names
+        d.update(value) if name in groups else d.__setitem__(name, value)
     return d
 
 
@@ -131,17 +210,26 @@ def given_fields(opts) -> set[str]:
         return set(opts.given)
     out = set()
     for f in dataclasses.fields(opts):
+        value, default = getattr(opts, f.name), field_default(f)
         if f.name == "given":
             continue
-        if getattr(opts, f.name) != field_default(f):
+        if f.metadata.get(FLAT):  # a flat group: its options by their own names
+            out |= {g.name for g in dataclasses.fields(value) if getattr(value, g.name) != getattr(default, g.name)}
+        elif value != default:
             out.add(f.name)
     return out
 
 
 def _from_dict(opts, stored: dict):
-    """A copy of `opts` with the stored values (nested option dataclasses rebuilt from their dicts)."""
+    """A copy of `opts` with the stored values (nested option dataclasses rebuilt from their dicts, flat groups from
+    their options' own keys)."""
     values = {}
     for f in dataclasses.fields(opts):
+        if f.metadata.get(FLAT):
+            current = getattr(opts, f.name)
+            values[f.name] = dataclasses.replace(current, **{g.name: stored[g.name] for g in dataclasses.fields(
+                current) if g.name in stored})
+            continue
         if f.name not in stored or f.name == "given":
             continue
         v, current = stored[f.name], getattr(opts, f.name)
@@ -155,7 +243,7 @@ def _value(opts, name: str) -> Any:
     resolved = getattr(opts, "resolved", None)
     if resolved is not None and name in getattr(opts, "PRESETS", {}).get("paper", {}):
         return resolved(name)
-    return getattr(opts, name)
+    return get_option(opts, name)
 
 
 def resume_from(opts, stored: dict | None, where, *, always_current=("resume", "overwrite")):
@@ -169,7 +257,8 @@ def resume_from(opts, stored: dict | None, where, *, always_current=("resume", "
                         "start it again with --overwrite")
     given = given_fields(opts)
     saved = _from_dict(opts, stored)
-    nested = {f.name for f in dataclasses.fields(opts) if dataclasses.is_dataclass(getattr(opts, f.name))}
+    nested = {f.name for f in dataclasses.fields(opts) if dataclasses.is_dataclass(getattr(opts, f.name))
+              and not f.metadata.get(FLAT)}
     for name in nested:  # e.g. search's EvolutionConfig: checked field by field, always the stored values
         mine, theirs = getattr(opts, name), getattr(saved, name)
         for field in sorted(given_fields_of_nested(opts, name)):
@@ -178,20 +267,21 @@ def resume_from(opts, stored: dict | None, where, *, always_current=("resume", "
                 raise UserError(f"{flag(field, mine)} {_show(a)} contradicts {where} ({field} {_show(b)}); "
                                 "drop the option to resume, or start again with --overwrite")
     updates, may_change = {}, MAY_CHANGE | getattr(type(opts), "MAY_CHANGE_ON_RESUME", frozenset())
-    for name in sorted(given - set(always_current) - nested):
-        if not hasattr(saved, name):
+    for name in sorted(given - set(always_current) - nested):  # a flat group's options by their own names
+        if not has_option(saved, name):
             continue
-        merged = dataclasses.replace(saved, **{name: getattr(opts, name)})
+        mine = get_option(opts, name)
+        merged = replace_options(saved, **{name: mine})
         if name in may_change or _value(merged, name) == _value(saved, name):
-            updates[name] = getattr(opts, name)
+            updates[name] = mine
             continue
-        raise UserError(f"{flag(name, opts)} {_show(getattr(opts, name))} contradicts {where} "
+        raise UserError(f"{flag(name, opts)} {_show(mine)} contradicts {where} "
                         f"({name} {_show(_value(saved, name))}); drop the option to resume, or start again with "
                         "--overwrite")
     updates.update({k: getattr(opts, k) for k in always_current if hasattr(opts, k)})
     if hasattr(opts, "given"):
         updates["given"] = opts.given
-    return dataclasses.replace(saved, **updates)
+    return replace_options(saved, **updates)
 
 
 def given_fields_of_nested(opts, name: str) -> set[str]:
@@ -208,14 +298,28 @@ def _show(v) -> str:
 
 
 def derive(cls, parent, groups: tuple[type, ...], **values):
-    """A `cls` options value made from `parent`'s (a pipeline's options -> one stage's): every option of the option
-    `groups` both classes have (`HardwareOptions`, ...) as `parent` holds it, then `values`. What the child does
-    not take from a group is named in `values` or left to its default, never listed field by field."""
-    shared = {f.name for g in groups for f in dataclasses.fields(g)}
-    missing = sorted(n for n in shared if n not in cls.__dataclass_fields__ or not hasattr(parent, n))
-    if missing:
-        raise TypeError(f"{cls.__name__} from {type(parent).__name__}: no option(s) {', '.join(missing)}")
-    return cls(**{**{n: getattr(parent, n) for n in shared}, **values})
+    """A `cls` options value made from `parent`'s (a pipeline's options -> one stage's): every option group in
+    `groups` both classes have (`HardwareOptions`, ...) as `parent` holds it (a flat group as one value, a mixin's
+    options one by one), then `values` (flat, see `flat_options`). What the child does not take from a group is
+    named in `values` or left to its default, never listed field by field."""
+    shared: dict = {}
+    for group in groups:
+        mine = next((g for g, k in flat_groups(cls).items() if issubclass(k, group)), None)
+        theirs = next((g for g, k in flat_groups(parent).items() if issubclass(k, group)), None)
+        if mine and theirs:  # as one value (a subclass of the group, e.g. IOT's, rebuilt from its options)
+            value, kind = getattr(parent, theirs), flat_groups(cls)[mine]
+            shared[mine] = value if type(value) is kind else kind(**{f.name: getattr(value, f.name)
+                                                                    for f in dataclasses.fields(value)})
+            continue
+        names = [f.name for f in dataclasses.fields(group)]
+        missing = sorted(n for n in names if n not in cls.__dataclass_fields__ or not hasattr(parent, n))
+        if missing:
+            raise TypeError(f"{cls.__name__} from {type(parent).__name__}: no option(s) {', '.join(missing)}")
+        shared.update({n: getattr(parent, n) for n in names})
+    top, options = _split(cls, values)
+    for g, changes in options.items():
+        top[g] = dataclasses.replace(top.get(g) or shared.get(g) or flat_groups(cls)[g](), **changes)
+    return cls(**{**shared, **top})
 
 
 # --- the output group every command with a run directory has ------------------------------------------------------

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from . import layout
 from .errors import UserError
-from .options import RANK0_ENV, OutputOptions, derive, launcher_is_rank_zero, opt
+from .options import RANK0_ENV, FlatOptions, OutputOptions, derive, flat_group, launcher_is_rank_zero, opt
 from .rundir import CHECKPOINT, META
 from .search.options import LatencyOptions, RerankOptions, StrategyOptions
 from .train_options import DataOptions, HardwareOptions
@@ -35,7 +35,9 @@ STAGE_ENV = "LVBERT_RUN_STAGE"  # set by rank 0 for the ranks it launches: the s
 
 
 @dataclass(frozen=True)
-class PipelineOptions(DataOptions, HardwareOptions, StrategyOptions, RerankOptions, LatencyOptions, OutputOptions):
+class PipelineOptions(FlatOptions, StrategyOptions, RerankOptions, LatencyOptions, OutputOptions):
+    hardware: HardwareOptions = flat_group(HardwareOptions)  # before the pipeline's own: the flags' order
+    inputs: DataOptions = flat_group(DataOptions)
     out: str = layout.RUN
     space: str = opt("lvbert", "search-space name or YAML")
     size: str = opt("tiny", "supernet size (tiny: minutes on 2 CPU cores)")
@@ -121,10 +123,10 @@ def run(opts: PipelineOptions) -> dict:
     opts.evolution.validate()
     _check_pretrain(opts)
     _check_latency(opts)
-    if opts.compile:
+    if opts.hardware.compile:
         from .trainer import check_compile_backend
 
-        check_compile_backend(opts.compile)
+        check_compile_backend(opts.hardware.compile)
     out.open(opts)
     clock = PartClock(out)
     try:
@@ -212,11 +214,11 @@ def _check_pretrain(opts: PipelineOptions) -> None:
         raise UserError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {opts.objective!r}")
     outside = "LOCAL_RANK" in os.environ or int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1  # torchrun / srun
     # ranks started from outside, not by Lightning's launcher, or on other nodes: rank 0 cannot launch them anew
-    if opts.num_nodes > 1 or (str(opts.devices) != "1" and outside):
+    if opts.hardware.num_nodes > 1 or (str(opts.hardware.devices) != "1" and outside):
         raise UserError("--objective with several devices needs Lightning's own launcher on one node (plain `lvbert "
                         "run --devices N`); under torchrun/SLURM or with --num-nodes > 1 pre-train afterwards with "
-                        f"`lvbert pretrain --arch {opts.out}/search/best_arch.json --devices {opts.devices} "
-                        f"--num-nodes {opts.num_nodes}`")
+                        f"`lvbert pretrain --arch {opts.out}/search/best_arch.json --devices {opts.hardware.devices} "
+                        f"--num-nodes {opts.hardware.num_nodes}`")
 
 
 def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:
@@ -228,7 +230,7 @@ def pretrain_stage(opts: PipelineOptions, out, arch: str) -> dict:
     pretrain_dir = out / "pretrain"
 
     def train(resume: bool) -> None:
-        if str(opts.devices) != "1":
+        if str(opts.hardware.devices) != "1":
             from .training import end_ddp_session
 
             end_ddp_session()  # the supernet's ranks have exited: Lightning launches new ones, told to pre-train

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from .data.split import DEFAULT_VAL_FRACTION as VAL_FRACTION  # default held-out share of documents
 from .errors import UserError
-from .options import MAY_CHANGE, OutputOptions, opt
+from .options import MAY_CHANGE, FlatOptions, OutputOptions, flat_group, opt
 
 DATA_SEED = 0  # default seed of the fixed validation masking: every run over one corpus scores the same tokens
 
@@ -52,12 +52,16 @@ class HardwareOptions:
 
 
 @dataclass(frozen=True)
-class TrainOptions(DataOptions, HardwareOptions, OutputOptions):
-    """Options common to the Lightning trainings; None means "the size's preset" (see `resolved`)."""
+class TrainOptions(FlatOptions, OutputOptions):
+    """Options common to the Lightning trainings; None means "the size's preset" (see `resolved`). The hardware
+    and data groups are values of their own (`opts.hardware.devices`, `opts.inputs.corpus`), flat outside them
+    (`options.flat_group`); `TrainOptions.flat(devices="2", ...)` builds one from flat keyword arguments."""
 
     GROUP: ClassVar[str] = "optimisation (default: the size's preset)"
     PRESETS: ClassVar[dict[str, dict]] = {}  # "tiny" and "paper": defaults of the None-able fields below
 
+    hardware: HardwareOptions = flat_group(HardwareOptions)  # first: the flags' order (after --out ...)
+    inputs: DataOptions = flat_group(DataOptions)  # `data` would read opts.data.data
     size: str | None = opt(None, "tiny | small | medium | base (tiny: a CPU preset)", group="")
     seed: int = opt(0, "seed of the batches, masks, samples and initialisation", group="")
     lr: float | None = opt(None, "peak learning rate")

@@ -65,13 +65,14 @@ def build_trainer(run_dir: Path, opts, callbacks=()):
     from .train_options import parse_devices
 
     quiet_lightning()
-    devices, n_devices = parse_devices(opts.devices, opts.resolved("batch_size"))
+    devices, n_devices = parse_devices(opts.hardware.devices, opts.resolved("batch_size"))
     val_every, val_batches = opts.resolved("val_every"), opts.resolved("val_batches")
-    precision = opts.precision or ("bf16-mixed" if torch.cuda.is_available() else "32-true")
+    precision = opts.hardware.precision or ("bf16-mixed" if torch.cuda.is_available() else "32-true")
     trainer = Trainer(
-        max_steps=opts.resolved("max_steps"), accelerator=opts.accelerator, devices=devices,
-        num_nodes=opts.num_nodes, precision=precision,
-        strategy=opts.ddp_strategy or ("ddp_find_unused_parameters_true" if n_devices * opts.num_nodes > 1 else "auto"),
+        max_steps=opts.resolved("max_steps"), accelerator=opts.hardware.accelerator, devices=devices,
+        num_nodes=opts.hardware.num_nodes, precision=precision,
+        strategy=opts.hardware.ddp_strategy or ("ddp_find_unused_parameters_true"
+                                                if n_devices * opts.hardware.num_nodes > 1 else "auto"),
         val_check_interval=val_every, check_val_every_n_epoch=None, limit_val_batches=val_batches,
         num_sanity_val_steps=0,
         logger=[CSVLogger(run_dir / "logs", name="", version=_free_name(run_dir / "logs", "csv")),

@@ -25,7 +25,7 @@ from . import interrupt
 from .errors import UserError
 # NNI 3.0 workarounds (trial reporting, running a NasExperiment)
 from .nni_compat import TrialReporter, in_nni_trial, run_nas_experiment
-from .options import to_dict
+from .options import replace_options, to_dict
 from .rundir import CHECKPOINT, META, RunDir
 from .train_options import SCHEDULE, TrainOptions, check_positive, parse_devices
 
@@ -34,10 +34,10 @@ def begin(opts: TrainOptions, kind: str) -> TrainOptions:
     """The options a training command runs with (`RunDir.begin`: with --resume, the run directory's, given options
     checked against them; on DDP ranks > 0, rank 0's), resolved (`TrainOptions.resolve`: the size and every preset
     value written out, as options.json stores them). Call first, before anything is built from the options."""
-    if opts.compile:
+    if opts.hardware.compile:
         from .trainer import check_compile_backend
 
-        check_compile_backend(opts.compile)
+        check_compile_backend(opts.hardware.compile)
     if not opts.progress:
         no_library_progress_bars()
     opts = RunDir(opts.out, kind).begin(opts, marker=CHECKPOINT)
@@ -76,17 +76,18 @@ def prepare_data(opts: TrainOptions, cfg, run: RunDir | None = None):
     """The prepared data of a training run: `--data DIR`, or corpus/tokenizer prepared (cached) for the size."""
     from .data import PreparedData, prepare
 
-    if opts.data:
-        if opts.corpus or opts.tokenizer or opts.max_docs:
+    if opts.inputs.data:
+        if opts.inputs.corpus or opts.inputs.tokenizer or opts.inputs.max_docs:
             raise UserError("--data gives prepared data: --corpus/--tokenizer/--max-docs do not apply")
-        data = PreparedData.load(opts.data)
+        data = PreparedData.load(opts.inputs.data)
         if data.max_length > cfg.max_position:
             raise UserError(f"{data.path} holds {data.max_length}-token sequences; the model's position table has "
                             f"{cfg.max_position}")
         return data
-    return prepare(corpus=opts.corpus, size=opts.size, vocab_size=None if opts.tokenizer else cfg.vocab_size,
-                   max_length=cfg.max_length, tokenizer=opts.tokenizer, val_fraction=opts.val_fraction,
-                   seed=opts.data_seed, cache_dir=opts.cache_dir, max_docs=opts.max_docs)
+    d = opts.inputs
+    return prepare(corpus=d.corpus, size=opts.size, vocab_size=None if d.tokenizer else cfg.vocab_size,
+                   max_length=cfg.max_length, tokenizer=d.tokenizer, val_fraction=d.val_fraction, seed=d.data_seed,
+                   cache_dir=d.cache_dir, max_docs=d.max_docs)
 
 
 @dataclass
@@ -110,7 +111,8 @@ def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), hi
     from .trainer import build_trainer
 
     tracker = ValidationHistory(history, record, reporter, report) if history is not None else None
-    callbacks = [*([tracker] if tracker else []), *callbacks, *([Compile(opts.compile)] if opts.compile else [])]
+    backend = opts.hardware.compile
+    callbacks = [*([tracker] if tracker else []), *callbacks, *([Compile(backend)] if backend else [])]
     trainer, precision = build_trainer(run.path, opts, callbacks)
     ckpt = run / CHECKPOINT
     if opts.resume and run.has(CHECKPOINT):
@@ -205,19 +207,20 @@ class Training:
     def update(self, **changes) -> TrainOptions:
         """The run's options with `changes` (a value only the loaded space or supernet settles, e.g. the size):
         a new options value, which the run then goes on with."""
-        self.opts = dataclasses.replace(self.opts, **changes)
+        self.opts = replace_options(self.opts, **changes)
         return self.opts
 
     def check(self) -> int:
         """Every resolved step/batch/validation/checkpoint number is >= 1 and the global batch splits evenly over
         the devices of every node; returns the batch size per device."""
         o = self.opts
-        check_positive(num_nodes=o.num_nodes, **{k: o.resolved(k) for k in SCHEDULE})
+        check_positive(num_nodes=o.hardware.num_nodes, **{k: o.resolved(k) for k in SCHEDULE})
         batch = o.resolved("batch_size")
-        _, n = parse_devices(o.devices, batch)
-        ranks = n * o.num_nodes  # --num-nodes N: the global batch is split over N x devices ranks, not N x batch
+        _, n = parse_devices(o.hardware.devices, batch)
+        nodes = o.hardware.num_nodes
+        ranks = n * nodes  # --num-nodes N: the global batch is split over N x devices ranks, not N x batch
         if batch % ranks:
-            raise UserError(f"batch size {batch} is not divisible by {ranks} devices ({n} per node x {o.num_nodes} "
+            raise UserError(f"batch size {batch} is not divisible by {ranks} devices ({n} per node x {nodes} "
                             "nodes)")
         return batch // ranks
 

@@ -24,8 +24,8 @@ def test_a_run_directory_resumes_with_the_options_it_stored(tmp_path):
     from nni_lvbert.pipeline import PipelineOptions
 
     run = tmp_path / "run"
-    started = PipelineOptions(out=str(run), size="tiny", supernet_max_steps=4, objective="electra",
-                              pretrain_max_steps=3, precision="32-true", num_workers=1, strategies=["random"])
+    started = PipelineOptions.flat(out=str(run), size="tiny", supernet_max_steps=4, objective="electra",
+                                   pretrain_max_steps=3, precision="32-true", num_workers=1, strategies=["random"])
     _stored(tmp_path, to_dict(started))
     opts = RunDir(run, "pipeline").begin(PipelineOptions(out=str(run), resume=True))
     assert opts == dataclasses.replace(started, resume=True)

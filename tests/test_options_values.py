@@ -89,6 +89,7 @@ def test_pipeline_stages_derive_their_options_from_the_pipelines(tmp_path):
     from nni_lvbert.search.algorithm import EvolutionConfig
     from nni_lvbert.search.run import SearchOptions
     from nni_lvbert.supernet.train import SupernetOptions
+    from nni_lvbert.options import get_option, replace_options
     from nni_lvbert.train_options import DataOptions, HardwareOptions
 
     data = dict(corpus=["c.txt"], tokenizer="tok", cache_dir="cache", max_docs=9, val_fraction=0.2, data_seed=2)
@@ -96,22 +97,24 @@ def test_pipeline_stages_derive_their_options_from_the_pipelines(tmp_path):
                     num_workers=1, compile="inductor")
     search = dict(strategies=["random"], evolution=EvolutionConfig(population=4, iterations=2), rerank=2,
                   rerank_steps=5, max_latency_ms=3.0, latency_table="t.json", pareto=True)
-    opts = PipelineOptions(out=str(tmp_path), space="lvbert", size="tiny", seed=3, **data, **hardware, **search,
-                           progress=False, supernet_max_steps=7, val_every=2, objective="mlm", pretrain_max_steps=8,
-                           given=["size", "seed"])
+    opts = PipelineOptions.flat(out=str(tmp_path), space="lvbert", size="tiny", seed=3, **data, **hardware, **search,
+                                progress=False, supernet_max_steps=7, val_every=2, objective="mlm",
+                                pretrain_max_steps=8, given=["size", "seed"])
     sn = supernet_options(opts, tmp_path, resume=True)
-    assert sn == SupernetOptions(out=str(tmp_path / "supernet"), space="lvbert", size="tiny", seed=3, **data,
-                                 **hardware, progress=False, max_steps=7, val_every=2, resume=True, overwrite=False)
+    assert sn == SupernetOptions.flat(out=str(tmp_path / "supernet"), space="lvbert", size="tiny", seed=3, **data,
+                                      **hardware, progress=False, max_steps=7, val_every=2, resume=True,
+                                      overwrite=False)
     se = search_options(opts, tmp_path, resume=False)
     assert se == SearchOptions(supernet=str(tmp_path / "supernet"), seed=3, out=str(tmp_path / "search"), **search,
                                progress=False, resume=False, overwrite=True)
     pt = pretrain_options(opts, tmp_path, "ssff", resume=False)
-    assert pt == PretrainOptions(out=str(tmp_path / "pretrain"), arch="ssff", size="tiny", objective="mlm", seed=3,
-                                 **data, **hardware, max_steps=8, progress=False, resume=False, overwrite=True)
+    assert pt == PretrainOptions.flat(out=str(tmp_path / "pretrain"), arch="ssff", size="tiny", objective="mlm",
+                                      seed=3, **data, **hardware, max_steps=8, progress=False, resume=False,
+                                      overwrite=True)
     assert pretrain_options(opts, tmp_path, "ssff", resume=True).arch is None  # the stored arch rules
     for child in (sn, se, pt):
         assert child.given is None  # what the pipeline was given is not what the stage was given
     for child in (sn, pt):  # the groups themselves, value for value: what replace(child, **group) leaves as it is
         for group in (DataOptions, HardwareOptions):
-            values = {f.name: getattr(opts, f.name) for f in dataclasses.fields(group)}
-            assert dataclasses.replace(child, **values) == child
+            values = {f.name: get_option(opts, f.name) for f in dataclasses.fields(group)}
+            assert replace_options(child, **values) == child

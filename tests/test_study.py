@@ -138,8 +138,8 @@ def test_stand_alone_trainings_print_no_model_summary(tmp_path, monkeypatch):
     train_standalone(spec, tmp_path / "models", progress=False)
     assert seen == [False]  # a table per model would drown a study's log
     for summary in (True, False):
-        opts = TrainOptions(max_steps=1, batch_size=1, val_every=1, val_batches=1, ckpt_every=1, accelerator="cpu",
-                            progress=False, model_summary=summary)
+        opts = TrainOptions.flat(max_steps=1, batch_size=1, val_every=1, val_batches=1, ckpt_every=1, accelerator="cpu",
+                                 progress=False, model_summary=summary)
         trainer, _ = build_trainer(tmp_path / "t", opts)
         assert any(isinstance(c, ModelSummary) for c in trainer.callbacks) == summary
 

@@ -8,8 +8,8 @@ def _trainer(tmp_path, progress: bool, model_summary: bool = False):
     from nni_lvbert.train_options import TrainOptions
     from nni_lvbert.trainer import build_trainer
 
-    opts = TrainOptions(max_steps=2, batch_size=1, val_every=1, val_batches=1, ckpt_every=1, accelerator="cpu",
-                        progress=progress, model_summary=model_summary)
+    opts = TrainOptions.flat(max_steps=2, batch_size=1, val_every=1, val_batches=1, ckpt_every=1, accelerator="cpu",
+                             progress=progress, model_summary=model_summary)
     trainer, _ = build_trainer(tmp_path / "t", opts)
     return trainer
 

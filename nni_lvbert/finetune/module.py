@@ -168,7 +168,7 @@ class SequenceAdapter:
         train_rows = encode(tok, train, task, opts.max_length, train=True)
         dev_rows = {n: encode(tok, s, task, opts.max_length, train=False) for n, s in task.dev.items()}
         dm = FinetuneData(train_rows, dev_rows, opts.batch_size, seed, tok.pad_token_id, task.kind == "regression",
-                          num_workers=opts.num_workers)
+                          num_workers=opts.hardware.num_workers)
         return dm, {"train_examples": len(train_rows)}, f"{len(train_rows)} training examples"
 
     def load_model(self, source: str, task):

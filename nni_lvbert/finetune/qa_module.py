@@ -80,7 +80,8 @@ class QAAdapter:
         win = dict(max_length=opts.max_length, max_query_length=opts.max_query_length, doc_stride=opts.doc_stride)
         train_rows = S.featurize(tok, train, train=True, **win)
         dev_features = {n: S.featurize(tok, exs, train=False, **win) for n, exs in task.dev.items()}
-        dm = QAData(train_rows, dev_features, opts.batch_size, seed, tok.pad_token_id, num_workers=opts.num_workers)
+        dm = QAData(train_rows, dev_features, opts.batch_size, seed, tok.pad_token_id,
+                    num_workers=opts.hardware.num_workers)
         dm.dev_features = dev_features
         dm.post = dict(n_best=opts.n_best, max_answer_length=opts.max_answer_length,
                        null_threshold=opts.null_threshold)

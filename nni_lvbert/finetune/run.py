@@ -16,6 +16,7 @@ checkpoint with the very batches an uninterrupted run would see.
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import ClassVar
 
 from .. import layout
 from ..errors import UserError
-from ..options import OutputOptions, launcher_is_rank_zero, opt, to_dict
+from ..options import FlatOptions, OutputOptions, flat_group, launcher_is_rank_zero, opt, to_dict
 from ..atomic import write_json
 from ..rundir import RunDir
 from ..train_options import HardwareOptions, TrainOptions, parse_devices
@@ -43,8 +44,10 @@ QA = "extractive QA (squad, squad_v2)"
 
 
 @dataclass(frozen=True)
-class FinetuneOptions(HardwareOptions, OutputOptions):
+class FinetuneOptions(FlatOptions, OutputOptions):
     GROUP: ClassVar[str] = "recipe (LV-BERT Table 6 / ELECTRA defaults)"
+
+    hardware: HardwareOptions = flat_group(HardwareOptions)  # first: the flags' order (after --out ...)
 
     out: str = layout.FINETUNE
     model: str = opt("", "a model directory (lvbert export / pretrain, or any BERT-style transformers directory)",
@@ -148,8 +151,8 @@ def check(opts: FinetuneOptions):
             raise UserError(f"--{name.replace('_', '-')} must be at least 1")
     if opts.task_type not in ("classification", "regression"):
         raise UserError(f"--task-type must be classification or regression, got {opts.task_type}")
-    if opts.compile:
-        check_compile_backend(opts.compile)
+    if opts.hardware.compile:
+        check_compile_backend(opts.hardware.compile)
     config, tok = load_model_dir(opts.model)
     positions = getattr(config, "max_position_embeddings", None)
     if positions is not None and opts.max_length > positions:
@@ -176,7 +179,7 @@ def finetune(opts: FinetuneOptions) -> dict:
         no_library_progress_bars()
     config, tok, tasks = check(opts)
     if rank_zero:
-        parse_devices(opts.devices, opts.batch_size)  # the global batch must split evenly over devices
+        parse_devices(opts.hardware.devices, opts.batch_size)  # the global batch must split evenly over devices
     out = run.open(opts).path
     results = {}
     for k, task in enumerate(tasks):
@@ -207,10 +210,9 @@ def run_options(opts: FinetuneOptions, path: Path, seed: int, task, steps_per_ep
     ropts = RunOptions(out=str(path), seed=seed, lr=opts.lr or lr, warmup_steps=0,
                        max_steps=total, batch_size=opts.batch_size, dropout=0.0, weight_decay=opts.weight_decay,
                        val_every=min(steps_per_epoch, total), val_batches=1.0,
-                       ckpt_every=opts.ckpt_every or min(steps_per_epoch, 500), accelerator=opts.accelerator,
-                       devices=str(opts.devices), num_nodes=opts.num_nodes, ddp_strategy=opts.ddp_strategy,
-                       precision=opts.precision, num_workers=opts.num_workers, resume=resume, progress=opts.progress,
-                       compile=opts.compile)
+                       ckpt_every=opts.ckpt_every or min(steps_per_epoch, 500),
+                       hardware=dataclasses.replace(opts.hardware, devices=str(opts.hardware.devices)), resume=resume,
+                       progress=opts.progress)
     if launcher_is_rank_zero():  # DDP: rank 0 writes the run directory
         path.mkdir(parents=True, exist_ok=True)
         write_json(path / "options.json", to_dict(ropts))

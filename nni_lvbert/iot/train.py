@@ -15,8 +15,8 @@ from typing import ClassVar
 from .. import layout
 from ..errors import UserError
 from ..presets import presets
-from ..options import launcher_is_rank_zero, opt
-from ..train_options import VAL_FRACTION, TrainOptions
+from ..options import flat_group, launcher_is_rank_zero, opt
+from ..train_options import VAL_FRACTION, DataOptions, TrainOptions
 from ..training import Training, prepare_data
 from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 
@@ -29,6 +29,17 @@ HPO_KEYS = {"tau": float, "tau_min": float, "tau_decay": float, "tau_every": int
 
 
 @dataclass(frozen=True)
+class IOTData(DataOptions):
+    """IOT's data group: from a supernet its data by default, --corpus/--tokenizer only from scratch."""
+
+    # a prepared data directory (default: the supernet's, or prepared from --corpus)
+    data: str | None = opt(None, "a prepared data directory (default: the supernet's)", metavar="DIR")
+    corpus: list[str] | None = opt(None, "from scratch: text/jsonl/parquet files, folder or glob, or a Hugging Face "
+                                         "hub dataset NAME[:CONFIG] (default: embedded corpus)")
+    tokenizer: str | None = opt(None, "from scratch: existing tokenizer directory or vocab.txt (default: train one)")
+
+
+@dataclass(frozen=True)
 class IOTOptions(TrainOptions):
     PRESETS: ClassVar[dict[str, dict]] = presets("iot")  # paper: continued pre-training of a small supernet
     GROUP: ClassVar[str] = "IOT (defaults: official IOT code)"
@@ -37,11 +48,7 @@ class IOTOptions(TrainOptions):
     supernet: str | None = opt(None, "start from a trained supernet run", metavar="RUN_DIR", group=START)
     space: str | None = opt(None, "train from scratch on this search space (name or YAML)", group=START)
     size: str | None = opt(None, "from scratch: tiny | small | medium | base (default: the space's)", group=START)
-    # a prepared data directory (default: the supernet's, or prepared from --corpus)
-    data: str | None = opt(None, "a prepared data directory (default: the supernet's)", metavar="DIR")
-    corpus: list[str] | None = opt(None, "from scratch: text/jsonl/parquet files, folder or glob, or a Hugging Face "
-                                         "hub dataset NAME[:CONFIG] (default: embedded corpus)")
-    tokenizer: str | None = opt(None, "from scratch: existing tokenizer directory or vocab.txt (default: train one)")
+    inputs: IOTData = flat_group(IOTData)
     orders_from: str | None = opt(None, "top-M distinct architectures of a search's history.jsonl",
                                   metavar="SEARCH_DIR", group=ORDERS)
     orders: list[str] | None = opt(None, "explicit orders: compact strings (c=dc s=sa f=ff g=glu), names or JSON "
@@ -105,8 +112,8 @@ def _source(t: Training):
 
         sn = load_supernet(opts.supernet)
         for flag, v in (("--size", opts.size if opts.size != sn.meta.get("size") else None),
-                        ("--dropout", opts.dropout), ("--corpus", opts.corpus), ("--tokenizer", opts.tokenizer),
-                        ("--max-docs", opts.max_docs)):
+                        ("--dropout", opts.dropout), ("--corpus", opts.inputs.corpus),
+                        ("--tokenizer", opts.inputs.tokenizer), ("--max-docs", opts.inputs.max_docs)):
             if v is not None:
                 raise UserError(f"{flag} applies when training from scratch (--space); a supernet fixes it "
                                 "(use --data to give another prepared data directory)")
@@ -128,7 +135,7 @@ def _data(opts: IOTOptions, cfg, smeta: dict | None):
     from ..data import PreparedData, prepare
     from ..rundir import RunDir
 
-    if opts.data or smeta is None:
+    if opts.inputs.data or smeta is None:
         data = prepare_data(opts, cfg)
         if smeta is None:
             return data
@@ -145,7 +152,7 @@ def _data(opts: IOTOptions, cfg, smeta: dict | None):
             data = prepare(corpus=so.get("corpus"), size=so.get("size") or "small", max_length=cfg.max_length,
                            tokenizer=str(tok), val_fraction=so.get("val_fraction", VAL_FRACTION),
                            seed=so.get("data_seed", so.get("seed", 0)),
-                           cache_dir=opts.cache_dir or so.get("cache_dir"), max_docs=so.get("max_docs"))
+                           cache_dir=opts.inputs.cache_dir or so.get("cache_dir"), max_docs=so.get("max_docs"))
     if data.vocab_size != cfg.vocab_size:
         raise UserError(f"data {data.path} has a {data.vocab_size}-token vocabulary but the supernet expects "
                         f"{cfg.vocab_size}")
@@ -233,7 +240,7 @@ def train_iot(opts: IOTOptions) -> dict:
     run = t.open(spec, cfg, data)
     if run.is_rank_zero:
         rundir.save_orders(run, orders, source)
-    dm = MLMDataModule(data, batch_size=micro_batch, seed=opts.seed, num_workers=opts.num_workers)
+    dm = MLMDataModule(data, batch_size=micro_batch, seed=opts.seed, num_workers=opts.hardware.num_workers)
     oneshot = IOTStrategy([to_dict(o) for o in orders], cfg.embedding_size, tau=opts.tau, tau_min=opts.tau_min,
                           tau_decay=opts.tau_decay, tau_every=opts.tau_every, c1=opts.c1, c2=opts.c2,
                           clamp=opts.clamp, gumbel=opts.gumbel, seed=opts.seed, predictor_dropout=cfg.dropout)

@@ -146,11 +146,11 @@ def train_pretrain(opts: PretrainOptions) -> dict:
 
     model = build_objective(opts.objective, cfg, arch, sop=opts.sop,
                             generator_fraction=opts.resolved("generator_fraction"), disc_weight=opts.disc_weight)
-    dm = PretrainDataModule(data, objective=opts.objective, sop=opts.sop, data_seed=opts.data_seed,
-                            batch_size=micro_batch, seed=opts.seed, num_workers=opts.num_workers,
-                            positions_multiple=COMPILED_POSITIONS if opts.compile else 1)
+    dm = PretrainDataModule(data, objective=opts.objective, sop=opts.sop, data_seed=opts.inputs.data_seed,
+                            batch_size=micro_batch, seed=opts.seed, num_workers=opts.hardware.num_workers,
+                            positions_multiple=COMPILED_POSITIONS if opts.hardware.compile else 1)
     module = PretrainModule(model, opts.objective, **t.schedule(), clip_grad=opts.clip_grad, seed=opts.seed,
-                            data_seed=opts.data_seed, disc_weight=opts.disc_weight)
+                            data_seed=opts.inputs.data_seed, disc_weight=opts.disc_weight)
     result = t.fit(module, dm)
     if not result.trainer.is_global_zero:
         return {}

@@ -150,7 +150,7 @@ def run_downstream(opts: DownstreamOptions) -> dict:
         # results.json of another model (its pre-training was redone): resumed, finetune's --resume checks the model
         flags = RunDir(d, "finetune").continuation(done="results.json", marker="options.json") or {
             "resume": True, "overwrite": False}
-        finetune(FinetuneOptions(model=str(runs[key] / "hf"), tasks=list(opts.tasks), data=opts.task_data,
+        finetune(FinetuneOptions.flat(model=str(runs[key] / "hf"), tasks=list(opts.tasks), data=opts.task_data,
                                  out=str(d), seeds=list(ft_seeds), max_length=cfg.max_length, max_steps=ft_cap,
                                  max_train_examples=64 if opts.quick else None, accelerator="cpu",
                                  progress=opts.progress, **flags))

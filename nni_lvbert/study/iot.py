@@ -114,10 +114,10 @@ def _train_iot(opts: IOTStudyOptions, path: Path, seed: int, budget, m: int | No
         return
     common = dict(out=str(path), progress=opts.progress, accelerator=_accelerator(), model_summary=False)
     if flags["resume"]:
-        train_iot(IOTOptions(**common, resume=True, given=list(common)))
+        train_iot(IOTOptions.flat(**common, resume=True, given=list(common)))
         return
     b = budget
-    train_iot(IOTOptions(**common, supernet=opts.supernet, orders=opts.orders, orders_from=opts.orders_from,
+    train_iot(IOTOptions.flat(**common, supernet=opts.supernet, orders=opts.orders, orders_from=opts.orders_from,
                          block=opts.block, m=m, seed=seed, lr=b.lr, warmup_steps=b.warmup_steps, max_steps=b.steps,
                          batch_size=b.batch_size, val_every=b.steps, val_batches=4,
                          ckpt_every=max(1, min(250, b.steps // 4)), overwrite=flags["overwrite"],

@@ -136,13 +136,13 @@ def _train(spec: Standalone, path: Path, store: Path, progress: bool, resume: bo
 
     accelerator = "cpu" if _cpu_only() else "auto"
     if resume:  # everything else from the run directory: a store that moved, or another machine's, resumes too
-        train_pretrain(PretrainOptions(out=str(path), resume=True, progress=progress, accelerator=accelerator,
+        train_pretrain(PretrainOptions.flat(out=str(path), resume=True, progress=progress, accelerator=accelerator,
                                        model_summary=False, given=["out", "progress", "accelerator", "model_summary"]))
         return
     config = store / f".{spec.dirname()}.model_config.json"
     write_json(config, spec.model_config)
     b = spec.budget
-    opts = PretrainOptions(
+    opts = PretrainOptions.flat(
         out=str(path), arch=spec.arch, size=spec.size, model_config=str(config), objective=spec.objective,
         data=spec.data, data_seed=spec.data_seed, seed=spec.seed, lr=b.lr, warmup_steps=b.warmup_steps,
         max_steps=b.steps, batch_size=b.batch_size, dropout=b.dropout, val_every=b.steps, val_batches=4,

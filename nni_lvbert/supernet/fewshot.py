@@ -76,7 +76,7 @@ def train_fewshot(opts: FewShotOptions) -> dict:
     stored = base.read_json("options.json") if base.has("options.json") else {}
     plain = {f.name: getattr(opts, f.name) for f in dataclasses.fields(SupernetOptions)}
     plain.update(space=str(base.path / "space.yaml"), size=opts.size or stored.get("size"),
-                 data=opts.data or (base.meta.get("data") or {}).get("path") or stored.get("data"), given=None,
+                 data=opts.inputs.data or (base.meta.get("data") or {}).get("path") or stored.get("data"), given=None,
                  overwrite=False)  # the one-shot run's prepared data: the same tokens and vocabulary
     owners, metas = {}, []
     for i, choice in enumerate(base.spec.candidates):
@@ -86,7 +86,7 @@ def train_fewshot(opts: FewShotOptions) -> dict:
         print(f"[{i + 1}/{len(base.spec.candidates)}] sub-supernet {label}={choice}: "
               f"{'done' if flags is None else 'training'} -> {sub}", file=sys.stderr, flush=True)
         if flags is not None:
-            train_supernet(SupernetOptions(**{**plain, "out": str(sub), "fix": [f"{label}={choice}"], **flags}))
+            train_supernet(SupernetOptions.flat(**{**plain, "out": str(sub), "fix": [f"{label}={choice}"], **flags}))
         metas.append(RunDir(sub, "supernet").read_json(META))
     result = {"split": f"slot:{slot}", "label": label, "owners": owners, "warm_start": str(Path(opts.warm_start)),
               "warm_start_steps": base.meta.get("steps"), "steps_each": [m["steps"] for m in metas],

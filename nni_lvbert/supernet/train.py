@@ -77,7 +77,7 @@ def train_supernet(opts: SupernetOptions) -> dict:
     cfg.vocab_size = data.vocab_size  # a given tokenizer decides the vocabulary
     warm = warm_start_run(opts.warm_start, spec, cfg) if opts.warm_start and not opts.resume else None
     run = t.open(spec, cfg, data)
-    dm = MLMDataModule(data, batch_size=micro_batch, seed=opts.seed, num_workers=opts.num_workers)
+    dm = MLMDataModule(data, batch_size=micro_batch, seed=opts.seed, num_workers=opts.hardware.num_workers)
     space = LVBertSpace(spec, cfg)
     if warm is not None:  # a resumed run continues from its own checkpoint instead
         warm.load_weights(space, WEIGHTS, "its space.yaml/model_config.json")
