@@ -23,6 +23,7 @@ import json
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .errors import UserError
@@ -324,10 +325,17 @@ def _type_name(o: Option) -> str:
 
 
 def config_yaml(cls, args) -> str:
-    """The options a command would run with, as a --config file (`--print-config`)."""
+    """The options a command would run with, as a --config file (`--print-config`); with --resume, those stored in
+    the run directory, the given ones checked against them as the run itself would."""
     import yaml
 
     opts = options_from_args(cls, args)
+    stored = Path(getattr(opts, "out", None) or ".") / "options.json"
+    if getattr(opts, "resume", False) and getattr(opts, "out", None) and stored.is_file():
+        from .options import resume_from
+        from .safeio import read_json
+
+        opts = resume_from(opts, read_json(stored, "stored options"), Path(opts.out))
     if hasattr(opts, "resolve"):  # the values a run would use, not None for "the preset's"
         opts = opts.resolve()
     out: dict = {}

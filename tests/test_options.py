@@ -189,6 +189,21 @@ def test_print_config_shows_the_size_and_presets_a_run_would_use(capsys):
     assert "size: tiny" in tiny and "max_steps: 1500" in tiny and "ckpt_every: 100" in tiny
 
 
+def test_print_config_with_resume_shows_the_stored_options(tmp_path, capsys):
+    """--resume --print-config prints what the resumed run would use: the run directory's options, a may-change
+    option as given, a contradicting one refused as the run refuses it (not the defaults of a fresh run)."""
+    from nni_lvbert.cli import main
+    from nni_lvbert.options import to_dict
+    from nni_lvbert.supernet.train import SupernetOptions
+
+    run = _stored(tmp_path, to_dict(SupernetOptions(out="x", size="tiny", max_steps=200).resolve()))
+    assert main(["supernet", "train", "--out", str(run), "--resume", "--devices", "2", "--print-config"]) == 0
+    shown = capsys.readouterr().out
+    assert "size: tiny" in shown and "max_steps: 200" in shown and "devices: '2'" in shown
+    assert main(["supernet", "train", "--out", str(run), "--resume", "--max-steps", "9", "--print-config"]) == 2
+    assert "--max-steps 9 contradicts" in capsys.readouterr().err
+
+
 def test_overwrite_names_the_options_it_replaces(tmp_path, capsys):
     """--overwrite of a run with other options says which (the replaced run's values are not carried over)."""
     from nni_lvbert.options import to_dict
