@@ -4,11 +4,9 @@ and a real `nnictl create` (local training service, 2 trials at a time) whose mo
 reads with the same keys and the same scores as when it trains them itself."""
 import json
 import os
-import re
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,8 @@ from nni_lvbert.resources import EXPERIMENT_FILES, STANDALONE_CONFIG
 from nni_lvbert.cli import main
 from nni_lvbert.study import nnictl as writer
 from tests.conftest import free_port, one_error_line, run_cli
-from tests.nnictl_helpers import wait_for_trials
+from tests.nnictl_helpers import (create_experiment, metric_data, metric_value, stop_experiment,
+                                  wait_for_trials)
 
 # 4 orders x 1 seed at the --quick budget (30 steps)
 STUDY = ["--quick", "--num-archs", "4", "--no-baselines", "--num-seeds", "1", "--no-progress"]
@@ -110,48 +109,29 @@ def test_a_trial_reports_an_electra_models_generator_accuracy(tmp_path, monkeypa
     result = run_trial(tmp_path / "exp" / "models.json", spec.dirname())
     assert result["default"] == 0.25 and result["val_gen_loss"] == 5.5 and result["trained"] == 0
 
-def _metrics(port: int) -> list[dict]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/metric-data", timeout=5) as r:
-        return json.loads(r.read())
-
-
-def _value(m: dict):
-    data = json.loads(m["data"])
-    return json.loads(data) if isinstance(data, str) else data
-
-
 @pytest.mark.slow
 def test_nnictl_trains_the_models_the_study_then_reads_as_its_own(tiny, tmp_path, capsys, one_thread):
-    from nni_lvbert.search.nnictl import _nnictl
-
     exp = _write(tiny, tmp_path, capsys)
     keys = json.loads((exp / "standalone_space.json").read_text())["model"]["_value"]
     space = {"model": {"_type": "choice", "_value": [*keys, "missing-key"]}}  # one trial that fails, loudly
     (exp / "standalone_space.json").write_text(json.dumps(space))
     config = exp / "standalone.yml"
     config.write_text(config.read_text() + f"experimentWorkingDirectory: {tmp_path / 'nni'}\n")
-    env = dict(os.environ, OMP_NUM_THREADS="1", NNI_BIND_HOST="127.0.0.1",
-               NODE_OPTIONS=f"--require {exp / 'bind_localhost.js'}",
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     port, started = free_port(), time.time()
-    out = subprocess.run([_nnictl(), "create", "--config", str(config), "--port", str(port)], env=env,
-                         capture_output=True, text=True, timeout=120)
-    text = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
-    match = re.search(r"Experiment ID:\s*(\w+)", text) or re.search(r"experiment id is\s+(\w+)", text)
-    assert out.returncode == 0 and match, text[-2000:]
+    exp_id = create_experiment(config, exp / "bind_localhost.js", port)
     try:
         jobs = wait_for_trials(port, len(keys) + 1, timeout=300)
-        metrics = _metrics(port)
+        metrics = metric_data(port)
     finally:
-        subprocess.run([_nnictl(), "stop", match.group(1)], capture_output=True, timeout=120)
+        stop_experiment(exp_id)
     took = time.time() - started
     statuses = sorted(j["status"] for j in jobs)
     assert statuses == ["FAILED"] + ["SUCCEEDED"] * len(keys), jobs
     failed = next(j for j in jobs if j["status"] == "FAILED")
-    stderr = next((tmp_path / "nni").glob(f"{match.group(1)}/environments/*/trials/{failed['trialJobId']}/"
+    stderr = next((tmp_path / "nni").glob(f"{exp_id}/environments/*/trials/{failed['trialJobId']}/"
                                           "trial.stderr"))
     assert "model missing-key is not in models.json" in one_error_line(stderr.read_text(), alone=False)
-    final = {m["trialJobId"]: _value(m) for m in metrics if m["type"] == "FINAL"}
+    final = {m["trialJobId"]: metric_value(m) for m in metrics if m["type"] == "FINAL"}
     curve = [m for m in metrics if m["type"] == "PERIODICAL"]
     assert len(final) == len(keys) and len(curve) == len(keys)  # one validation per model: at its last step
     # matched by the key each trial reports, not by the job's listed parameters (NNI may cross those: nni_compat)

@@ -9,7 +9,6 @@ Where sshd is missing or cannot start, the test skips with one line saying why."
 import json
 import os
 import pwd
-import re
 import shutil
 import signal
 import subprocess
@@ -23,7 +22,8 @@ import yaml
 from nni_lvbert.cli import main
 from nni_lvbert.nni_compat import REMOTE_WORKER_ENV, remote_trial_keeper_pids
 from tests.conftest import free_port, run_cli
-from tests.nnictl_helpers import wait_for_trials
+from tests.nnictl_helpers import (create_experiment, metric_data, metric_value, stop_experiment,
+                                  wait_for_trials)
 
 # 3 orders x 1 seed at the --quick budget (30 steps), as small as the local nnictl test's models
 STUDY = ["--quick", "--num-archs", "3", "--no-baselines", "--num-seeds", "1", "--no-progress"]
@@ -105,22 +105,8 @@ def sshd(tmp_path):
                 pass
 
 
-def _metrics(port: int) -> list[dict]:
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/metric-data", timeout=5) as r:
-        return json.loads(r.read())
-
-
-def _value(m: dict):
-    data = json.loads(m["data"])
-    return json.loads(data) if isinstance(data, str) else data
-
-
 @pytest.mark.slow
 def test_nnictl_remote_over_ssh_trains_the_models_the_study_then_reads(tiny, tmp_path, capsys, one_thread, sshd):
-    from nni_lvbert.search.nnictl import _nnictl
-
     store = tmp_path / "store"
     exp = tmp_path / "exp"
     code = main(["study", "ranking", "--nnictl", str(exp), "--supernet", str(tiny["run"]), *STUDY,
@@ -141,22 +127,14 @@ def test_nnictl_remote_over_ssh_trains_the_models_the_study_then_reads(tiny, tmp
                          "sshKeyFile": str(sshd["key"]), "pythonPath": str(Path(sys.executable).parent)}]}
     values["experimentWorkingDirectory"] = str(tmp_path / "nni")
     config.write_text(yaml.safe_dump(values, sort_keys=False))
-    env = dict(os.environ, OMP_NUM_THREADS="1", NNI_BIND_HOST="127.0.0.1",
-               NODE_OPTIONS=f"--require {exp / 'bind_localhost.js'}",
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     port, started = free_port(), time.time()
-    out = subprocess.run([_nnictl(), "create", "--config", str(config), "--port", str(port)], env=env,
-                         capture_output=True, text=True, timeout=120)
-    text = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
-    match = re.search(r"Experiment ID:\s*(\w+)", text) or re.search(r"experiment id is\s+(\w+)", text)
-    assert out.returncode == 0 and match, text[-2000:]
-    exp_id = match.group(1)
+    exp_id = create_experiment(config, exp / "bind_localhost.js", port)
     try:
         jobs = wait_for_trials(port, len(keys), timeout=240)
         took = time.time() - started
-        metrics = _metrics(port)
+        metrics = metric_data(port)
     finally:
-        subprocess.run([_nnictl(), "stop", exp_id], capture_output=True, timeout=120)
+        stop_experiment(exp_id)
     remote = sshd["home"] / "nni-experiments" / exp_id
     assert remote.is_dir()  # the trials ran on the SSH side (its HOME), not in the local working directory
     statuses = sorted(j["status"] for j in jobs)
@@ -164,7 +142,7 @@ def test_nnictl_remote_over_ssh_trains_the_models_the_study_then_reads(tiny, tmp
         logs = "\n".join(f"{p}: {p.read_text()[-1500:]}" for p in remote.rglob("trial.stderr"))
         manager = next((tmp_path / "nni").glob(f"{exp_id}/log/nnimanager.log"), None)
         raise AssertionError(f"{jobs}\n{logs}\n{manager.read_text()[-3000:] if manager else ''}")
-    final = {m["trialJobId"]: _value(m) for m in metrics if m["type"] == "FINAL"}
+    final = {m["trialJobId"]: metric_value(m) for m in metrics if m["type"] == "FINAL"}
     reported = {f["model"]: f for f in final.values()}
     assert sorted(reported) == sorted(keys)
     assert all(r["steps"] == 30 and r["trained"] == 1 and 0 <= r["default"] <= 1 for r in reported.values())
