@@ -79,8 +79,12 @@ def _defaults(opts: IOTStudyOptions) -> tuple[int, int | None]:
     return k, m
 
 
-def _iot_settings(opts: IOTStudyOptions) -> dict:
-    return {k: getattr(opts, k) for k in ("tau", "tau_min", "tau_decay", "tau_every", "c1", "c2", "clamp", "gumbel")}
+IOT_SETTINGS = ("tau", "tau_min", "tau_decay", "tau_every", "c1", "c2", "clamp", "gumbel")  # IOT's own options
+
+
+def iot_settings(opts) -> dict:
+    """The IOT method's settings of a study's options (`study iot`, `study iot-finetune`)."""
+    return {k: getattr(opts, k) for k in IOT_SETTINGS}
 
 
 def standalone_budget(budget, equal_tokens: str, supernet: str, meta: dict):
@@ -121,7 +125,7 @@ def _train_iot(opts: IOTStudyOptions, path: Path, seed: int, budget, m: int | No
                          block=opts.block, m=m, seed=seed, lr=b.lr, warmup_steps=b.warmup_steps, max_steps=b.steps,
                          batch_size=b.batch_size, val_every=b.steps, val_batches=4,
                          ckpt_every=max(1, min(250, b.steps // 4)), overwrite=flags["overwrite"],
-                         data_seed=opts.data_seed, **_iot_settings(opts)))
+                         data_seed=opts.data_seed, **iot_settings(opts)))
 
 
 # --- scoring: per validation row (one masking round of one sequence), then clustered by sequence ------------------
@@ -246,7 +250,7 @@ def plan_iot(opts: IOTStudyOptions):
 
     sn = load_supernet(opts.supernet)
     orders, _ = resolve_orders(sn.spec, opts.orders, opts.orders_from, opts.block, m)
-    check_options(IOTOptions(**_iot_settings(opts)), len(orders))
+    check_options(IOTOptions(**iot_settings(opts)), len(orders))
     data = (sn.meta.get("data") or {}).get("path")
     if not data:
         raise UserError(f"{opts.supernet}/meta.json records no prepared data directory")
@@ -282,7 +286,7 @@ def run_iot_study(opts: IOTStudyOptions) -> dict:
                       "standalone": {a: core_minutes(RunDir(p, "pretrain").meta) for a, p in paths.items()}})
     result = summarize(per_seed, costs, archs)
     result.update(study="iot", supernet=shown_path(opts.supernet), data=shown_path(data), seeds=seeds,
-                  budget=budget.__dict__, m=len(archs), settings=_iot_settings(opts),
+                  budget=budget.__dict__, m=len(archs), settings=iot_settings(opts),
                   auxiliary_losses={"L_D": opts.c1 > 0, "L_S": opts.c2 > 0},
                   validation=shown_stats(validation.identity),
                   supernet_core_minutes=core_minutes(sn.meta) if "train_seconds" in sn.meta else None,

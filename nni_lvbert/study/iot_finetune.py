@@ -34,6 +34,8 @@ from ..iot.defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 from ..options import opt
 from ..safeio import read_json
 from .common import StudyOptions, begin, log, shown_path, start
+from .iot import iot_settings
+from .iot_report import pm, settings_text
 from .stats import markdown_table
 
 RESULT = "iot-finetune.json"
@@ -174,8 +176,7 @@ def recipe(opts: IOTFinetuneOptions, task, n_train: int):
     return Recipe(steps=steps, batch_size=batch, lr=opts.lr or 3e-4, warmup_fraction=opts.warmup_fraction,
                   weight_decay=opts.weight_decay, layer_decay=opts.layer_decay,
                   classifier_dropout=opts.classifier_dropout,
-                  **{k: getattr(opts, k) for k in ("tau", "tau_min", "tau_decay", "tau_every", "c1", "c2", "clamp",
-                                                   "gumbel")})
+                  **iot_settings(opts))
 
 
 def _part(path: Path, what: str, train) -> dict:
@@ -312,23 +313,19 @@ def summarize(per_seed: list[dict]) -> dict:
     }
 
 
-def _pm(d: dict, sign: str = "", digits: int = 4) -> str:
-    return f"{d['mean']:{sign}.{digits}f} ± {d['se']:.{digits}f}"
-
-
 def _report(result: dict, out: Path) -> None:
     r, mean, goal = result["recipe"], result["mean"], result["goal"]
     base, archs = goal["baseline"], result["orders"]
     n = len(result["seeds"])
-    rows = [[p["seed"], _pm(p["routed"]), _pm(p["oracle"]),
+    rows = [[p["seed"], pm(p["routed"]), pm(p["oracle"]),
              "n/a" if p["agreement"] is None else f"{p['agreement']:.3f} ({p['mixed_instances']})",
-             " / ".join(f"{100 * u:.0f}" for u in p["usage"]), _pm(p["standalone"][base]),
-             _pm(p["standalone"][base]["routed_minus_this"], "+"), f"{p['core_minutes']['iot']:.2f}",
+             " / ".join(f"{100 * u:.0f}" for u in p["usage"]), pm(p["standalone"][base]),
+             pm(p["standalone"][base]["routed_minus_this"], "+"), f"{p['core_minutes']['iot']:.2f}",
              f"{p['core_minutes']['standalone'][base]:.2f}"] for p in result["per_seed"]]
     agreement = "n/a" if mean["agreement"] is None else f"{mean['agreement']:.3f}"
-    rows.append(["mean", _pm(mean["routed"]), _pm(mean["oracle"]), agreement,
-                 " / ".join(f"{100 * u:.0f}" for u in mean["usage"]), _pm(mean["standalone"][base]),
-                 _pm(goal["routed_minus_standalone"], "+"), f"{mean['iot_core_minutes']:.2f}",
+    rows.append(["mean", pm(mean["routed"]), pm(mean["oracle"]), agreement,
+                 " / ".join(f"{100 * u:.0f}" for u in mean["usage"]), pm(mean["standalone"][base]),
+                 pm(goal["routed_minus_standalone"], "+"), f"{mean['iot_core_minutes']:.2f}",
                  f"{mean['baseline_core_minutes']:.2f}"])
     z = "n/a" if goal["z"] is None else f"{goal['z']:.2f}"
     chance = "n/a" if mean["agreement_by_chance"] is None else f"{mean['agreement_by_chance']:.3f}"
@@ -338,25 +335,23 @@ def _report(result: dict, out: Path) -> None:
           f"{', '.join(f'`{a}`' for a in archs)}. Every fine-tuning: {r['steps']} steps of batch {r['batch_size']}, lr "
           f"{r['lr']:g} (warm-up {r['warmup_fraction']:g}, layer decay {r['layer_decay']:g}), length "
           f"{result['max_length']}, {result['train_examples']} training examples; [CLS] -> dropout "
-          f"{r['classifier_dropout']:g} -> linear (lvbert finetune's head). IOT: tau {r['tau']:g} (min "
-          f"{r['tau_min']:g}, decay {r['tau_decay']:g} every {r['tau_every']}), c1 (L_D) {r['c1']:g}, c2 (L_S) "
-          f"{r['c2']:g}, clamp {r['clamp']:g}, Gumbel {'on' if r['gumbel'] else 'off'}. Dev accuracy on "
+          f"{r['classifier_dropout']:g} -> linear (lvbert finetune's head). IOT: {settings_text(r)}. Dev accuracy on "
           f"{result['dev_examples']} examples; ± is a standard error (per seed: over instances; the mean: over "
           "seeds, or the instance-level error with one seed).\n",
           f"- **goal** (routed beats `{base}` fine-tuned alone by more than 2 standard errors): "
-          f"**{'met' if goal['met'] else 'not met'}**: routed − alone = {_pm(goal['routed_minus_standalone'], '+')} "
+          f"**{'met' if goal['met'] else 'not met'}**: routed − alone = {pm(goal['routed_minus_standalone'], '+')} "
           f"(z = {z})",
           f"- headroom: oracle − routed = {mean['oracle']['mean'] - mean['routed']['mean']:+.4f}; where the orders "
           f"disagree (mean {mean['mixed_instances']:.0f} instances) the predictor picks a right order on {agreement} "
           f"of them (by chance {chance})",
-          f"- {result['metric']} (0-100): routed {_pm(mean['routed_score'], digits=2)}, `{base}` alone "
-          f"{_pm(mean['standalone_score'][base], digits=2)}",
+          f"- {result['metric']} (0-100): routed {pm(mean['routed_score'], digits=2)}, `{base}` alone "
+          f"{pm(mean['standalone_score'][base], digits=2)}",
           f"- cost (core-minutes per seed, {result['device']}): IOT fine-tuning {mean['iot_core_minutes']:.2f}, "
           f"`{base}` alone {mean['baseline_core_minutes']:.2f}\n",
           markdown_table(["seed", "routed", "oracle", "agreement (instances)", "usage %", f"`{base}` alone",
                           "routed − alone", "IOT core-min", "alone core-min"], rows),
           markdown_table(["order", "IOT-fine-tuned weights", "fine-tuned alone", "usage %"],
-                         [[f"`{a}`", _pm(mean["orders_iot"][a]), _pm(mean["standalone"][a]), f"{100 * u:.0f}"]
+                         [[f"`{a}`", pm(mean["orders_iot"][a]), pm(mean["standalone"][a]), f"{100 * u:.0f}"]
                           for a, u in zip(archs, mean["usage"])])]
     write_text(out / "iot-finetune.md", "\n".join(md))
     _plot(result, out / "iot-finetune.png")

@@ -10,8 +10,14 @@ from ..atomic import pyplot, save_figure, write_text
 from .stats import markdown_table
 
 
-def _pm(d: dict, sign: str = "") -> str:  # sign "+": a difference
-    return f"{d['mean']:{sign}.4f} ± {d['se']:.4f}"
+def pm(d: dict, sign: str = "", digits: int = 4) -> str:  # sign "+": a difference
+    return f"{d['mean']:{sign}.{digits}f} ± {d['se']:.{digits}f}"
+
+
+def settings_text(s: dict) -> str:
+    """The IOT settings as the reports of `study iot` and `study iot-finetune` state them."""
+    return (f"tau {s['tau']:g} (min {s['tau_min']:g}, decay {s['tau_decay']:g} every {s['tau_every']}), c1 (L_D) "
+            f"{s['c1']:g}, c2 (L_S) {s['c2']:g}, clamp {s['clamp']:g}, Gumbel {'on' if s['gumbel'] else 'off'}")
 
 
 def report(result: dict, out: Path) -> None:
@@ -20,15 +26,15 @@ def report(result: dict, out: Path) -> None:
     same = "the supernet's plus IOT's" if result["equal_tokens"] == "total" else "IOT's alone"
     base = goal["baseline"]
     aux = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in result["auxiliary_losses"].items())
-    rows = [[p["seed"], _pm(p["routed"]), f"`{p['best_shared']['arch']}` {_pm(p['best_shared'])}",
-             _pm(p["routed_minus_best_shared"], "+"), _pm(p["oracle"]), f"{p['agreement']:.3f}",
-             " / ".join(f"{100 * u:.0f}" for u in p["usage"]), _pm(p["standalone"][base]),
-             _pm(p["standalone"][base]["routed_minus_this"], "+"),
+    rows = [[p["seed"], pm(p["routed"]), f"`{p['best_shared']['arch']}` {pm(p['best_shared'])}",
+             pm(p["routed_minus_best_shared"], "+"), pm(p["oracle"]), f"{p['agreement']:.3f}",
+             " / ".join(f"{100 * u:.0f}" for u in p["usage"]), pm(p["standalone"][base]),
+             pm(p["standalone"][base]["routed_minus_this"], "+"),
              f"{p['core_minutes']['iot']:.2f}", f"{p['core_minutes']['standalone'][base]:.2f}"]
             for p in result["per_seed"]]
-    rows.append(["mean", _pm(mean["routed"]), _pm(mean["best_shared"]), _pm(mean["routed_minus_best_shared"], "+"),
-                 _pm(mean["oracle"]), f"{mean['agreement']:.3f}", " / ".join(f"{100 * u:.0f}" for u in mean["usage"]),
-                 _pm(mean["standalone"][base]), _pm(goal["routed_minus_standalone"], "+"),
+    rows.append(["mean", pm(mean["routed"]), pm(mean["best_shared"]), pm(mean["routed_minus_best_shared"], "+"),
+                 pm(mean["oracle"]), f"{mean['agreement']:.3f}", " / ".join(f"{100 * u:.0f}" for u in mean["usage"]),
+                 pm(mean["standalone"][base]), pm(goal["routed_minus_standalone"], "+"),
                  f"{mean['iot_core_minutes']:.2f}", f"{mean['baseline_core_minutes']:.2f}"])
     d = goal["routed_minus_standalone"]
     z = "n/a" if goal["z"] is None else f"{goal['z']:.2f}"
@@ -38,14 +44,13 @@ def report(result: dict, out: Path) -> None:
           f"IOT: {b['steps']} steps, batch {b['batch_size']}, lr {b['lr']:g}, warm-up {b['warmup_steps']}, from the "
           f"supernet's weights ({seqs['supernet']} training sequences before); each stand-alone model from scratch: "
           f"{result['standalone_budget']['steps']} steps of the same batch and schedule ({seqs['standalone']} "
-          f"sequences: {same}). IOT settings: tau {s['tau']:g} "
-          f"(min {s['tau_min']:g}, decay {s['tau_decay']:g} every {s['tau_every']}), c1 (L_D) {s['c1']:g}, c2 (L_S) "
-          f"{s['c2']:g}, clamp {s['clamp']:g}, Gumbel {'on' if s['gumbel'] else 'off'}; auxiliary losses: {aux}. "
+          f"sequences: {same}). IOT settings: {settings_text(s)}; "
+          f"auxiliary losses: {aux}. "
           f"Scored on {result['validation']['masked_tokens']} masked validation tokens "
           f"({result['validation']['masking']} masking); ± is a standard error (per seed: clustered by validation "
           "sequence; the mean: over seeds, or the token-level error with one seed).\n",
           f"- **goal** (routed beats the stand-alone `{base}` by more than 2 standard errors): "
-          f"**{'met' if goal['met'] else 'not met'}**: routed − stand-alone = {_pm(d, '+')} (z = {z})",
+          f"**{'met' if goal['met'] else 'not met'}**: routed − stand-alone = {pm(d, '+')} (z = {z})",
           f"- headroom: oracle − routed = {mean['oracle']['mean'] - mean['routed']['mean']:+.4f}; predictor agrees "
           f"with the oracle's choice on {mean['agreement']:.3f} of the instances (by chance "
           f"{mean['agreement_by_chance']:.3f})",
@@ -61,7 +66,7 @@ def report(result: dict, out: Path) -> None:
                           "usage %", f"stand-alone `{base}`", "routed − stand-alone", "IOT core-min",
                           "stand-alone core-min"], rows),
           markdown_table(["order", "shared weights (mean ± se)", "stand-alone (mean ± se)", "usage %"],
-                         [[f"`{a}`", _pm(mean["orders_shared"][a]), _pm(mean["standalone"][a]),
+                         [[f"`{a}`", pm(mean["orders_shared"][a]), pm(mean["standalone"][a]),
                            f"{100 * u:.0f}"] for a, u in zip(result["orders"], mean["usage"])])]
     write_text(out / "iot.md", "\n".join(md))
     _plot(result, out / "iot.png")
