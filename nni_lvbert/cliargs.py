@@ -23,7 +23,6 @@ import json
 import types
 import typing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .errors import UserError
@@ -330,12 +329,14 @@ def config_yaml(cls, args) -> str:
     import yaml
 
     opts = options_from_args(cls, args)
-    stored = Path(getattr(opts, "out", None) or ".") / "options.json"
-    if getattr(opts, "resume", False) and getattr(opts, "out", None) and stored.is_file():
+    if getattr(opts, "resume", False) and getattr(opts, "out", None):
         from .options import resume_from
-        from .safeio import read_json
+        from .rundir import RunDir
 
-        opts = resume_from(opts, read_json(stored, "stored options"), Path(opts.out))
+        run = RunDir(opts.out)
+        stored = run.stored_options()
+        if stored is not None:
+            opts = resume_from(opts, stored, run.path)
     if hasattr(opts, "resolve"):  # the values a run would use, not None for "the preset's"
         opts = opts.resolve()
     out: dict = {}
