@@ -153,21 +153,24 @@ def _split(cls, values: dict) -> tuple[dict, dict]:
     return top, options
 
 
+def _grouped(cls, values: dict, base: dict) -> dict:
+    """`values` (flat) as `cls`'s keyword arguments: each flat group's options applied to that group as `values`
+    gives it whole, else as `base` holds it, else to its defaults."""
+    top, options = _split(cls, values)
+    for g, changes in options.items():
+        top[g] = dataclasses.replace(top.get(g) or base.get(g) or flat_groups(cls)[g](), **changes)
+    return top
+
+
 def replace_options(opts, **values):
     """`dataclasses.replace` taking the options of flat groups by their own names (`devices=...`)."""
-    top, options = _split(type(opts), values)
-    for g, changes in options.items():
-        top[g] = dataclasses.replace(top.get(g, getattr(opts, g)), **changes)
-    return dataclasses.replace(opts, **top)
+    return dataclasses.replace(opts, **_grouped(type(opts), values, {g: getattr(opts, g) for g in flat_groups(opts)}))
 
 
 def flat_options(cls, **values):
     """A `cls` options value from flat keyword arguments: each flat group's options by their own names (what
     `lvbert` builds from its flags, as API callers and tests spell it)."""
-    top, options = _split(cls, values)
-    for g, changes in options.items():
-        top[g] = dataclasses.replace(top[g], **changes) if g in top else flat_groups(cls)[g](**changes)
-    return cls(**top)
+    return cls(**_grouped(cls, values, {}))
 
 
 class FlatOptions:
@@ -316,10 +319,7 @@ def derive(cls, parent, groups: tuple[type, ...], **values):
         if missing:
             raise TypeError(f"{cls.__name__} from {type(parent).__name__}: no option(s) {', '.join(missing)}")
         shared.update({n: getattr(parent, n) for n in names})
-    top, options = _split(cls, values)
-    for g, changes in options.items():
-        top[g] = dataclasses.replace(top.get(g) or shared.get(g) or flat_groups(cls)[g](), **changes)
-    return cls(**{**shared, **top})
+    return cls(**{**shared, **_grouped(cls, values, shared)})
 
 
 # --- the output group every command with a run directory has ------------------------------------------------------
