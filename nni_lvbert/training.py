@@ -179,8 +179,10 @@ def apply_tuner_parameters(opts, allowed: dict, what: str):
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise UserError(f"tuner parameter(s) {', '.join(unknown)} are not {what} options; use {', '.join(allowed)}")
-    return dataclasses.replace(opts, **{k: allowed[k](v) if allowed[k] else v for k, v in params.items()},
-                               hpo=dict(params))
+    from .options import replace_options
+
+    return replace_options(opts, **{k: allowed[k](v) if allowed[k] else v for k, v in params.items()},
+                           hpo=dict(params))
 
 
 @dataclass

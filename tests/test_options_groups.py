@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 import pytest
@@ -94,3 +95,35 @@ def test_stages_and_children_take_the_groups_as_values():
     assert child.hardware == HardwareOptions(devices="2", compile="inductor", num_workers=2)
     assert child.inputs.corpus is None  # not derived: the group's defaults
     assert given_fields(opts) == {"devices", "compile", "corpus"}  # an API caller's: by the options' own names
+
+
+@pytest.mark.parametrize("command", ["iot train", "study iot", "study iot-finetune"])
+def test_iot_settings_are_one_group_in_every_iot_command(command, tmp_path):
+    """`lvbert iot train`, `study iot` and `study iot-finetune` take IOT's settings as one `IOTMethod` value: the
+    same flags in the same help section, flat in --print-config."""
+    from nni_lvbert.cli import build_parser
+    from nni_lvbert.cliargs import config_yaml, options_from_args
+    from nni_lvbert.iot.method import IOTMethod
+
+    args = build_parser().parse_args([*command.split(), "--tau", "3", "--c1", "0", "--no-gumbel"])
+    opts = options_from_args(args.options_cls, args)
+    assert opts.method == IOTMethod(tau=3.0, c1=0.0, gumbel=False)
+    assert {"tau: 3.0", "c1: 0.0", "gumbel: false"} <= set(config_yaml(args.options_cls, args).splitlines())
+    sub = build_parser()._subparsers._group_actions[0].choices
+    for word in command.split():
+        sub = sub[word] if isinstance(sub, dict) else sub._subparsers._group_actions[0].choices[word]
+    section = next(g for g in sub._action_groups if any("--tau" in a.option_strings for a in g._group_actions))
+    assert section.title == IOTMethod.GROUP
+    names = [f.name for f in dataclasses.fields(IOTMethod)]
+    assert [a.dest for a in section._group_actions if a.dest in names] == names
+
+
+@pytest.mark.parametrize("bad, message", [(dict(tau=0), "--tau must be positive"),
+                                          (dict(tau_every=0), "--tau-every must be at least 1"),
+                                          (dict(c2=-1), "--c2 must be >= 0"),
+                                          (dict(clamp=0.5), r"--clamp must be in \[0, 1/M\) = \[0, 0.25\) for M=4")])
+def test_iot_settings_out_of_range_are_refused_with_the_flag(bad, message):
+    from nni_lvbert.iot.method import IOTMethod
+
+    with pytest.raises(UserError, match=message):
+        IOTMethod(**bad).check(4)

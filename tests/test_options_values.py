@@ -58,6 +58,20 @@ def test_tuner_parameters_make_new_options(monkeypatch):
     assert (opts.lr, opts.max_steps, opts.hpo) == (None, 3, {})  # the options given are left as they were
 
 
+def test_tuner_parameters_reach_an_option_group(monkeypatch):
+    """IOT's tunable tau and c1 live in its `method` group: a tuner sets them by their flat names."""
+    import nni
+
+    from nni_lvbert.iot.method import IOTMethod
+    from nni_lvbert.iot.train import HPO_KEYS, IOTOptions
+    from nni_lvbert.training import apply_tuner_parameters
+
+    monkeypatch.setattr(nni, "get_next_parameter", lambda: {"tau": 2, "c1": 0.0, "lr": 0.001})
+    tuned = apply_tuner_parameters(IOTOptions(), HPO_KEYS, "IOT")
+    assert (tuned.method, tuned.lr) == (IOTMethod(tau=2.0, c1=0.0), 0.001)
+    assert isinstance(tuned.method.tau, float)
+
+
 def test_resumed_iot_orders_are_dropped_from_new_options(tmp_path):
     """--resume with the orders the run has: the options returned no longer give them (the stored ones rule)."""
     import yaml

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
+from .defaults import C1, C2, CLAMP, TAU
+from .method import IOTMethod
 from .routing import activate, gumbel_noise, iot_loss, path_layers, route_logits, routed_forward, tau_at
 
 NOISE_STREAM = 6  # batch_seed stream of the Gumbel noise (fine-tuning's dropout uses 5: finetune.module)
@@ -132,14 +134,12 @@ class Recipe:
     adam_eps: float = 1e-6
     classifier_dropout: float = 0.1
     eval_batch_size: int = 128
-    tau: float = TAU
-    tau_min: float = TAU_MIN
-    tau_decay: float = TAU_DECAY
-    tau_every: int = TAU_EVERY
-    c1: float = C1
-    c2: float = C2
-    clamp: float = CLAMP
-    gumbel: bool = True
+    method: IOTMethod = IOTMethod()
+
+    def to_dict(self) -> dict:
+        """Flat, as the study's JSON keeps it: the fine-tuning settings, then IOT's."""
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "method"}
+        return {**d, **self.method.settings()}
 
 
 def _batches(rows: list[dict], size: int, pad_id: int):
@@ -184,12 +184,12 @@ def train_and_predict(iot_dir, orders: list[int] | None, train_rows: list[dict],
             torch.manual_seed(batch_seed(seed, step, 0, STEP_STREAM))  # dropout: as finetune.module
             route, logits = model.all_orders(batch)
             noise = None
-            if route is not None and recipe.gumbel:
+            if route is not None and recipe.method.gumbel:
                 g = torch.Generator().manual_seed(batch_seed(seed, step, 0, NOISE_STREAM))
                 noise = gumbel_noise(tuple(route.shape), g).to(device)
-            tau = tau_at(step, recipe.tau, recipe.tau_min, recipe.tau_decay, recipe.tau_every)
-            out = classification_loss(route, logits, labels, tau=tau, c1=recipe.c1, c2=recipe.c2,
-                                      clamp=recipe.clamp, noise=noise)
+            m = recipe.method
+            tau = tau_at(step, m.tau, m.tau_min, m.tau_decay, m.tau_every)
+            out = classification_loss(route, logits, labels, tau=tau, c1=m.c1, c2=m.c2, clamp=m.clamp, noise=noise)
             loss = out if route is None else out.total
             opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -18,7 +18,7 @@ from ..presets import presets
 from ..options import flat_group, launcher_is_rank_zero, opt
 from ..train_options import VAL_FRACTION, DataOptions, TrainOptions
 from ..training import Training, prepare_data
-from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
+from .method import IOTMethod
 
 START = "start (one of)"
 ORDERS = f"candidate orders (one source; default: top-M of {layout.SEARCH})"
@@ -56,14 +56,7 @@ class IOTOptions(TrainOptions):
     block: str | None = opt(None, "IOT-style: M distinct permutations of a block (e.g. sa,ff,dc or sfc) repeated "
                                   "over the slots", metavar="TYPES", group=ORDERS)
     m: int | None = opt(None, "number of orders M (default 4; with --orders: their number)", group=ORDERS)
-    tau: float = opt(TAU, "Gumbel-softmax temperature (start)")
-    tau_min: float = opt(TAU_MIN, "temperature floor")
-    tau_decay: float = opt(TAU_DECAY, "r in tau = max(tau * exp(-r * step), tau_min), step floored to --tau-every")
-    tau_every: int = opt(TAU_EVERY, "temperature update period")
-    c1: float = opt(C1, "weight of L_D = KL(uniform || mean p)")
-    c2: float = opt(C2, "weight of L_S = -mean KL(uniform || p_x)")
-    clamp: float = opt(CLAMP, "probability clamp before Gumbel")
-    gumbel: bool = opt(True, "no Gumbel noise (deterministic weights)")
+    method: IOTMethod = flat_group(IOTMethod)
     seed: int = opt(0, "seed of the batches, Gumbel noise and initialisation", group="")
     dropout: float | None = opt(None, "dropout, from scratch only")
 
@@ -82,21 +75,6 @@ class IOTOptions(TrainOptions):
     def stored_presets(self) -> list[str]:
         # from a supernet the dropout is the supernet's: --dropout stays unset (and refused, see `_source`)
         return [k for k in super().stored_presets() if not (self.supernet and k == "dropout")]
-
-
-def check_options(opts: IOTOptions, m: int) -> None:
-    checks = [
-        (opts.tau > 0, f"--tau must be positive, got {opts.tau}"),
-        (opts.tau_min > 0, f"--tau-min must be positive, got {opts.tau_min}"),
-        (opts.tau_decay >= 0, f"--tau-decay must be >= 0, got {opts.tau_decay}"),
-        (opts.tau_every >= 1, f"--tau-every must be at least 1, got {opts.tau_every}"),
-        (opts.c1 >= 0, f"--c1 must be >= 0, got {opts.c1}"),
-        (opts.c2 >= 0, f"--c2 must be >= 0, got {opts.c2}"),
-        (0 <= opts.clamp < 1.0 / m, f"--clamp must be in [0, 1/M) = [0, {1.0 / m:.3g}) for M={m}, got {opts.clamp}"),
-    ]
-    for ok, msg in checks:
-        if not ok:
-            raise UserError(msg)
 
 
 def _source(t: Training):
@@ -231,7 +209,7 @@ def train_iot(opts: IOTOptions) -> dict:
         orders, source = rundir.read_orders(rundir.RunDir(opts.out, "IOT"), spec)
     else:
         orders, source = resolve_orders(spec, opts.orders, opts.orders_from, opts.block, opts.m)
-    check_options(opts, len(orders))
+    opts.method.check(len(orders))
     micro_batch = t.check()
     data = _data(opts, cfg, smeta)
     if space is None:
@@ -241,9 +219,8 @@ def train_iot(opts: IOTOptions) -> dict:
     if run.is_rank_zero:
         rundir.save_orders(run, orders, source)
     dm = MLMDataModule(data, batch_size=micro_batch, seed=opts.seed, num_workers=opts.hardware.num_workers)
-    oneshot = IOTStrategy([to_dict(o) for o in orders], cfg.embedding_size, tau=opts.tau, tau_min=opts.tau_min,
-                          tau_decay=opts.tau_decay, tau_every=opts.tau_every, c1=opts.c1, c2=opts.c2,
-                          clamp=opts.clamp, gumbel=opts.gumbel, seed=opts.seed, predictor_dropout=cfg.dropout)
+    oneshot = IOTStrategy([to_dict(o) for o in orders], cfg.embedding_size, **opts.method.settings(), seed=opts.seed,
+                          predictor_dropout=cfg.dropout)
     result = t.fit(MLMModule(**t.schedule()), dm, record=_record,
                    report=lambda record, module: _nni_metric(module.last_validation), space=space, strategy=oneshot)
     trainer = result.trainer
@@ -260,8 +237,7 @@ def train_iot(opts: IOTOptions) -> dict:
         "start": {"supernet": str(opts.supernet)} if opts.supernet else {"scratch": True},
         "orders": [to_compact(o) for o in orders],
         "orders_source": source,
-        "iot": {"tau": opts.tau, "tau_min": opts.tau_min, "tau_decay": opts.tau_decay, "tau_every": opts.tau_every,
-                "c1": opts.c1, "c2": opts.c2, "clamp": opts.clamp, "gumbel": opts.gumbel},
+        "iot": opts.method.settings(),
         "final": final,
         "final_val_mlm_acc": final["routed"]["val_mlm_acc"],
     }, final=_nni_metric(final))

@@ -32,15 +32,14 @@ import numpy as np
 from .. import layout
 from ..atomic import write_json
 from ..errors import UserError
-from ..iot.defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
-from ..options import opt
+from ..iot.method import IOTMethod
+from ..options import flat_group, opt
 from ..rundir import OPTIONS, RunDir
 from ..safeio import read_json
 from .common import StandaloneStudyOptions, begin_on_supernet, log, shown_path, shown_stats, start
 from .iot_report import report
 
 RESULT = "iot.json"
-IOT_GROUP = "IOT (defaults: official IOT code)"
 ORDERS_GROUP = "candidate orders (one source)"
 
 
@@ -58,15 +57,7 @@ class IOTStudyOptions(StandaloneStudyOptions):
     block: str | None = opt(None, "M distinct permutations of a block (e.g. sa,ff,dc) repeated over the slots",
                             metavar="TYPES", group=ORDERS_GROUP)
     m: int | None = opt(None, "number of orders M (default 4; quick 2)", group=ORDERS_GROUP)
-    tau: float = opt(TAU, "Gumbel-softmax temperature (start)", group=IOT_GROUP)
-    tau_min: float = opt(TAU_MIN, "temperature floor", group=IOT_GROUP)
-    tau_decay: float = opt(TAU_DECAY, "r in tau = max(tau * exp(-r * step), tau_min) (0: constant tau)",
-                           group=IOT_GROUP)
-    tau_every: int = opt(TAU_EVERY, "temperature update period", group=IOT_GROUP)
-    c1: float = opt(C1, "weight of the exploration loss L_D (0: without it)", group=IOT_GROUP)
-    c2: float = opt(C2, "weight of the exploitation loss L_S (0: without it)", group=IOT_GROUP)
-    clamp: float = opt(CLAMP, "probability clamp before Gumbel", group=IOT_GROUP)
-    gumbel: bool = opt(True, "no Gumbel noise (deterministic weights)", group=IOT_GROUP)
+    method: IOTMethod = flat_group(IOTMethod)
     equal_tokens: str = opt("total", "the stand-alone baseline's training sequences: total (default): the supernet's "
                                      "plus IOT's, as many as the IOT model has seen; iot: IOT's steps x batch only "
                                      "(IOT also inherits the supernet's training)", choices=["total", "iot"],
@@ -77,14 +68,6 @@ def _defaults(opts: IOTStudyOptions) -> tuple[int, int | None]:
     k = opts.num_seeds if opts.num_seeds is not None else (1 if opts.quick else 3)
     m = opts.m if opts.m is not None else (2 if opts.quick and not opts.orders else None)
     return k, m
-
-
-IOT_SETTINGS = ("tau", "tau_min", "tau_decay", "tau_every", "c1", "c2", "clamp", "gumbel")  # IOT's own options
-
-
-def iot_settings(opts) -> dict:
-    """The IOT method's settings of a study's options (`study iot`, `study iot-finetune`)."""
-    return {k: getattr(opts, k) for k in IOT_SETTINGS}
 
 
 def standalone_budget(budget, equal_tokens: str, supernet: str, meta: dict):
@@ -125,7 +108,7 @@ def _train_iot(opts: IOTStudyOptions, path: Path, seed: int, budget, m: int | No
                          block=opts.block, m=m, seed=seed, lr=b.lr, warmup_steps=b.warmup_steps, max_steps=b.steps,
                          batch_size=b.batch_size, val_every=b.steps, val_batches=4,
                          ckpt_every=max(1, min(250, b.steps // 4)), overwrite=flags["overwrite"],
-                         data_seed=opts.data_seed, **iot_settings(opts)))
+                         data_seed=opts.data_seed, **opts.method.settings()))
 
 
 # --- scoring: per validation row (one masking round of one sequence), then clustered by sequence ------------------
@@ -240,7 +223,6 @@ def plan_iot(opts: IOTStudyOptions):
     the stand-alone budget, the supernet's sequences, the orders' letters, every seed's stand-alone specs).
     `run_iot_study` and its --nnictl experiment (`nnictl.py`) share it, so both train the same model keys."""
     from ..iot.orders import resolve_orders
-    from ..iot.train import IOTOptions, check_options
 
     opts = begin_on_supernet(opts, "IOT starts from it", _defaults(opts)[0])
     k, m = _defaults(opts)
@@ -250,7 +232,7 @@ def plan_iot(opts: IOTStudyOptions):
 
     sn = load_supernet(opts.supernet)
     orders, _ = resolve_orders(sn.spec, opts.orders, opts.orders_from, opts.block, m)
-    check_options(IOTOptions(**iot_settings(opts)), len(orders))
+    opts.method.check(len(orders))
     data = (sn.meta.get("data") or {}).get("path")
     if not data:
         raise UserError(f"{opts.supernet}/meta.json records no prepared data directory")
@@ -286,8 +268,8 @@ def run_iot_study(opts: IOTStudyOptions) -> dict:
                       "standalone": {a: core_minutes(RunDir(p, "pretrain").meta) for a, p in paths.items()}})
     result = summarize(per_seed, costs, archs)
     result.update(study="iot", supernet=shown_path(opts.supernet), data=shown_path(data), seeds=seeds,
-                  budget=budget.__dict__, m=len(archs), settings=iot_settings(opts),
-                  auxiliary_losses={"L_D": opts.c1 > 0, "L_S": opts.c2 > 0},
+                  budget=budget.__dict__, m=len(archs), settings=opts.method.settings(),
+                  auxiliary_losses={"L_D": opts.method.c1 > 0, "L_S": opts.method.c2 > 0},
                   validation=shown_stats(validation.identity),
                   supernet_core_minutes=core_minutes(sn.meta) if "train_seconds" in sn.meta else None,
                   standalone_budget=alone.__dict__, equal_tokens=opts.equal_tokens,

@@ -30,18 +30,16 @@ import numpy as np
 from .. import layout
 from ..atomic import pyplot, save_figure, write_json, write_text
 from ..errors import UserError
-from ..iot.defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
-from ..options import opt
+from ..iot.method import IOTMethod
+from ..options import flat_group, opt
 from ..safeio import read_json
 from .common import StudyOptions, begin, log, shown_path, start
-from .iot import iot_settings
 from .iot_report import pm, settings_text
 from .stats import markdown_table
 
 RESULT = "iot-finetune.json"
 SOURCE = "start (one of)"
 FT = "fine-tuning (lvbert finetune's recipe)"
-IOT_GROUP = "IOT (defaults: official IOT code)"
 QUICK = dict(max_steps=8, batch_size=8, max_train_examples=64, max_dev_examples=64)
 
 
@@ -78,15 +76,7 @@ class IOTFinetuneOptions(StudyOptions):
                                                f"{QUICK['max_train_examples']})", group=FT)
     max_dev_examples: int | None = opt(None, "N dev examples spread evenly over the split (quick "
                                              f"{QUICK['max_dev_examples']})", group=FT)
-    tau: float = opt(TAU, "Gumbel-softmax temperature (start)", group=IOT_GROUP)
-    tau_min: float = opt(TAU_MIN, "temperature floor", group=IOT_GROUP)
-    tau_decay: float = opt(TAU_DECAY, "r in tau = max(tau * exp(-r * step), tau_min) (0: constant tau)",
-                           group=IOT_GROUP)
-    tau_every: int = opt(TAU_EVERY, "temperature update period", group=IOT_GROUP)
-    c1: float = opt(C1, "weight of the exploration loss L_D (0: without it)", group=IOT_GROUP)
-    c2: float = opt(C2, "weight of the exploitation loss L_S (0: without it)", group=IOT_GROUP)
-    clamp: float = opt(CLAMP, "probability clamp before Gumbel", group=IOT_GROUP)
-    gumbel: bool = opt(True, "no Gumbel noise (deterministic weights)", group=IOT_GROUP)
+    method: IOTMethod = flat_group(IOTMethod)
 
     @classmethod
     def not_offered(cls) -> tuple[str, ...]:
@@ -176,7 +166,7 @@ def recipe(opts: IOTFinetuneOptions, task, n_train: int):
     return Recipe(steps=steps, batch_size=batch, lr=opts.lr or 3e-4, warmup_fraction=opts.warmup_fraction,
                   weight_decay=opts.weight_decay, layer_decay=opts.layer_decay,
                   classifier_dropout=opts.classifier_dropout,
-                  **iot_settings(opts))
+                  method=opts.method)
 
 
 def _part(path: Path, what: str, train) -> dict:
@@ -266,7 +256,7 @@ def run_iot_finetune(opts: IOTFinetuneOptions) -> dict:
         per_seed.append(res)
     result = summarize(per_seed)
     result.update(study="iot-finetune", task=task.name, metric="+".join(task.metrics), seeds=[s for s, _ in pairs],
-                  iot_runs=[shown_path(r) for _, r in pairs], m=len(orders), recipe=dataclasses.asdict(rec),
+                  iot_runs=[shown_path(r) for _, r in pairs], m=len(orders), recipe=rec.to_dict(),
                   max_length=length, train_examples=len(train_rows), dev_examples=len(dev_rows), device=device)
     _report(result, out)
     write_json(out / RESULT, result)
