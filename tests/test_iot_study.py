@@ -27,10 +27,11 @@ def test_the_baselines_budget_counts_the_supernets_sequences(tmp_path):
     from nni_lvbert.study.iot import standalone_budget
 
     budget = Budget(steps=30, lr=2e-3, warmup_steps=3, batch_size=8)
-    assert standalone_budget(budget, "iot", str(tmp_path), {}) == (budget, 0)
+    assert standalone_budget(budget, "iot", str(tmp_path), {}) == (budget, None)  # the supernet's count unknown
     (tmp_path / "options.json").write_text(json.dumps({"batch_size": 16}))
     alone, before = standalone_budget(budget, "total", str(tmp_path), {"steps": 300})
     assert before == 4800 and alone.steps == 30 + 600 and alone.batch_size == 8 and alone.lr == budget.lr
+    assert standalone_budget(budget, "iot", str(tmp_path), {"steps": 300}) == (budget, 4800)  # known: reported
     (tmp_path / "options.json").unlink()
     with pytest.raises(UserError, match="--equal-tokens iot"):
         standalone_budget(budget, "total", str(tmp_path), {"steps": 300})
@@ -50,6 +51,8 @@ def test_iot_study_quick_end_to_end_and_resume(study_supernet, tmp_path, capsys)
     assert res["seeds"] == [0] and res["m"] == 2 and len(res["orders"]) == 2  # quick: one seed, M = 2
     assert res["settings"]["c1"] == 0.1 and res["auxiliary_losses"] == {"L_D": True, "L_S": True}
     assert res["validation"]["masking"] == "full" and res["sequences"]["iot"] == 30 * 8
+    # the fixture's supernet keeps no options.json: its sequence count is unknown, and the report does not say 0
+    assert res["sequences"]["supernet"] is None and "sequences before" not in (out / "iot.md").read_text()
     for p in res["per_seed"]:
         orders = [o["mean"] for o in p["orders"]]
         assert p["oracle"]["mean"] >= p["routed"]["mean"] - 1e-12

@@ -70,19 +70,24 @@ def _defaults(opts: IOTStudyOptions) -> tuple[int, int | None]:
     return k, m
 
 
-def standalone_budget(budget, equal_tokens: str, supernet: str, meta: dict):
-    """The stand-alone baseline's budget: IOT's (`iot`), or as many sequences as the supernet's training plus
-    IOT's at IOT's batch (`total`; the same lr and warm-up)."""
-    if equal_tokens == "iot":
-        return budget, 0
-    if equal_tokens != "total":
-        raise UserError(f"--equal-tokens must be total or iot, got {equal_tokens!r}")
+def supernet_sequences(supernet: str, meta: dict) -> int | None:
+    """How many training sequences the supernet saw (its steps x batch), None where its run does not say."""
     batch = (RunDir(supernet, "supernet").stored_options() or {}).get("batch_size")
     steps = meta.get("steps")
-    if not batch or steps is None:
+    return None if not batch or steps is None else int(steps) * int(batch)
+
+
+def standalone_budget(budget, equal_tokens: str, supernet: str, meta: dict):
+    """The stand-alone baseline's budget: IOT's (`iot`), or as many sequences as the supernet's training plus
+    IOT's at IOT's batch (`total`; the same lr and warm-up); with the supernet's sequences (None: unknown)."""
+    if equal_tokens not in ("total", "iot"):
+        raise UserError(f"--equal-tokens must be total or iot, got {equal_tokens!r}")
+    before = supernet_sequences(supernet, meta)
+    if equal_tokens == "iot":
+        return budget, before
+    if before is None:
         raise UserError(f"cannot tell how many sequences the supernet {supernet} was trained on (no batch_size in "
                         "its options.json or no steps in its meta.json); pass --equal-tokens iot")
-    before = int(steps) * int(batch)
     return dataclasses.replace(budget, steps=budget.steps + -(-before // budget.batch_size)), before
 
 

@@ -23,6 +23,7 @@ def settings_text(s: dict) -> str:
 def report(result: dict, out: Path) -> None:
     b, s, mean, goal = result["budget"], result["settings"], result["mean"], result["goal"]
     seqs = result["sequences"]
+    before = "" if seqs["supernet"] is None else f" ({seqs['supernet']} training sequences before)"
     same = "the supernet's plus IOT's" if result["equal_tokens"] == "total" else "IOT's alone"
     base = goal["baseline"]
     aux = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in result["auxiliary_losses"].items())
@@ -42,7 +43,7 @@ def report(result: dict, out: Path) -> None:
           f"{'s' * (len(result['seeds']) > 1)}, M = {result['m']})\n",
           f"Reference supernet `{result['supernet']}`. Orders: {', '.join(f'`{a}`' for a in result['orders'])}. "
           f"IOT: {b['steps']} steps, batch {b['batch_size']}, lr {b['lr']:g}, warm-up {b['warmup_steps']}, from the "
-          f"supernet's weights ({seqs['supernet']} training sequences before); each stand-alone model from scratch: "
+          f"supernet's weights{before}; each stand-alone model from scratch: "
           f"{result['standalone_budget']['steps']} steps of the same batch and schedule ({seqs['standalone']} "
           f"sequences: {same}). IOT settings: {settings_text(s)}; "
           f"auxiliary losses: {aux}. "
