@@ -185,7 +185,10 @@ def test_search_study_quick(trained, tmp_path, capsys):
     for name, r in res["results"].items():
         assert len(r["best_per_seed"]) == 2 and len(r["curve_mean"]) == 3
         assert all(lo <= m <= hi for lo, m, hi in zip(r["curve_min"], r["curve_mean"], r["curve_max"]))
-        assert all(a <= b + 1e-12 for a, b in zip(r["curve_mean"], r["curve_mean"][1:]))  # top-10 never drops
+        # the top-10 mean never drops once 10 are evaluated: from the second iteration (the first has 6 candidates,
+        # the mean of its 6; the next 6 can bring that mean down as they fill the top 10)
+        full = r["curve_mean"][1:]
+        assert all(a <= b + 1e-12 for a, b in zip(full, full[1:]))
     for seed in (0, 1):
         best = json.loads((out / f"seed{seed}" / "best_arch.json").read_text())
         assert best["seed"] == seed and best["budget"] == 18
