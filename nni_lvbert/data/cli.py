@@ -81,14 +81,12 @@ def run_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_wiki_pairs(args: argparse.Namespace) -> int:
+def run_wiki_pairs(args: argparse.Namespace) -> dict:
     from pathlib import Path
 
     from ..finetune.embedded.wiki_pairs import build
 
-    done = build(Path(args.out), args.train, args.dev)
-    print(json.dumps(done) if args.json else "\n".join(f"{k:<6} {v}" for k, v in done.items()))
-    return 0
+    return build(Path(args.out), args.train, args.dev)  # printed by cli.main (cliargs.print_result)
 
 
 def summary(prepared) -> str:

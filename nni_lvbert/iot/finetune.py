@@ -21,9 +21,9 @@ prediction through grouped argmax routing (`routing.routed_forward`: one forward
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np

@@ -42,7 +42,7 @@ class IOTData(DataOptions):
 @dataclass(frozen=True)
 class IOTOptions(TrainOptions):
     PRESETS: ClassVar[dict[str, dict]] = presets("iot")  # paper: continued pre-training of a small supernet
-    GROUP: ClassVar[str] = "IOT (defaults: official IOT code)"
+    GROUP: ClassVar[str] = IOTMethod.GROUP
 
     out: str = layout.IOT
     supernet: str | None = opt(None, "start from a trained supernet run", metavar="RUN_DIR", group=START)

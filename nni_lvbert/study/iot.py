@@ -113,7 +113,7 @@ def _train_iot(opts: IOTStudyOptions, path: Path, seed: int, budget, m: int | No
                          block=opts.block, m=m, seed=seed, lr=b.lr, warmup_steps=b.warmup_steps, max_steps=b.steps,
                          batch_size=b.batch_size, val_every=b.steps, val_batches=4,
                          ckpt_every=max(1, min(250, b.steps // 4)), overwrite=flags["overwrite"],
-                         data_seed=opts.data_seed, **opts.method.settings()))
+                         data_seed=opts.data_seed, method=opts.method))
 
 
 # --- scoring: per validation row (one masking round of one sequence), then clustered by sequence ------------------
