@@ -35,3 +35,25 @@ def test_sentences_split_at_sentence_ends_only():
         == ("One two three four five six.", "Seven eight nine ten eleven twelve.")
     assert wiki_pairs.first_two_sentences("Too short. Seven eight nine ten eleven twelve.") is None
     assert wiki_pairs.first_two_sentences("Only one sentence of six words here") is None
+
+
+def test_an_interrupted_build_leaves_no_folder(tmp_path, monkeypatch):
+    import pytest
+
+    from nni_lvbert import atomic
+
+    calls = []
+
+    def write_then_fail(path, text):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(path, text)
+
+    real = atomic.write_text
+    monkeypatch.setattr(atomic, "write_text", write_then_fail)
+    out = tmp_path / "wp"
+    with pytest.raises(KeyboardInterrupt):
+        wiki_pairs.build(out, train=4, dev=4)
+    assert len(calls) == 2 and calls[0].name == "train.tsv"
+    assert not out.exists() and list(tmp_path.iterdir()) == []  # neither the folder nor its temp folder

