@@ -2,6 +2,9 @@
 the GLUE loader, balanced, articles held out between train and dev, deterministic, a used folder refused."""
 from __future__ import annotations
 
+import pytest
+
+from nni_lvbert import atomic
 from nni_lvbert.cli import main
 from nni_lvbert.finetune.embedded import wiki_pairs
 from nni_lvbert.finetune.tasks import load_glue
@@ -38,11 +41,7 @@ def test_sentences_split_at_sentence_ends_only():
 
 
 def test_an_interrupted_build_leaves_no_folder(tmp_path, monkeypatch):
-    import pytest
-
-    from nni_lvbert import atomic
-
-    calls = []
+    real, calls = atomic.write_text, []
 
     def write_then_fail(path, text):
         calls.append(path)
@@ -50,7 +49,6 @@ def test_an_interrupted_build_leaves_no_folder(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         real(path, text)
 
-    real = atomic.write_text
     monkeypatch.setattr(atomic, "write_text", write_then_fail)
     out = tmp_path / "wp"
     with pytest.raises(KeyboardInterrupt):
