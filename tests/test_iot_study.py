@@ -60,7 +60,11 @@ def test_iot_study_quick_end_to_end_and_resume(study_supernet, tmp_path, capsys)
         assert p["best_shared"]["mean"] == max(orders)
         assert p["routed_minus_best_shared"]["mean"] == pytest.approx(p["routed"]["mean"] - max(orders))
         assert sum(p["usage"]) == pytest.approx(1.0) and 0 <= p["agreement"] <= 1
-        assert all(p[k]["se"] > 0 for k in ("routed", "oracle"))
+        assert all(p[k]["se"] > 0 for k in ("routed", "oracle", "oracle_crossfit", "random_at_usage"))
+        assert p["oracle"]["mean"] >= p["oracle_crossfit"]["mean"] - 1e-12  # in-sample: an upper bound
+        assert p["routed_minus_random_at_usage"]["mean"] == pytest.approx(
+            p["routed"]["mean"] - p["random_at_usage"]["mean"])
+        assert len(p["best_shared_heldout"]["arch"]) == 2 and p["best_shared_heldout"]["mean"] <= max(orders)
         assert set(p["standalone"]) == set(res["orders"])  # the baseline: every order stand-alone, same seed
         for a, s in p["standalone"].items():
             assert s["routed_minus_this"]["mean"] == pytest.approx(p["routed"]["mean"] - s["mean"])
@@ -69,6 +73,7 @@ def test_iot_study_quick_end_to_end_and_resume(study_supernet, tmp_path, capsys)
     assert goal["baseline"] in res["orders"] and isinstance(goal["met"], bool)
     d = goal["routed_minus_standalone"]
     assert goal["met"] == (d["mean"] > 2 * d["se"])
+    assert d["se_seeds"] is None and d["se"] == d["se_validation"] > 0  # one seed: the validation error alone
     assert res["mean"]["baseline_core_minutes"] > 0 and res["mean"]["iot_core_minutes"] > 0
     md = (out / "iot.md").read_text()
     assert "goal" in md and "c1 (L_D) 0.1" in md and (out / "iot.png").stat().st_size > 5000
@@ -85,6 +90,18 @@ def test_iot_study_quick_end_to_end_and_resume(study_supernet, tmp_path, capsys)
     code, _, err = run_cli(args, capsys)  # the same command again: refused, nothing overwritten
     assert code == 2 and "not empty" in one_error_line(err)
 
+    # the per-seed units alone (as a repository keeps them) resume a study into a new directory: nothing trained
+    units = out / "units"
+    assert sorted(p.name for p in units.iterdir()) == ["seed0.json", "seed0.npz"]
+    base = args[:-4]  # without --out OUT --no-progress --json
+    code, _, err = run_cli([*base, "--out", str(tmp_path / "again"), "--units", str(units), "--no-progress"], capsys)
+    assert code == 0, err
+    assert "Trainer.fit" not in err and "scoring" not in err and "unit finished" in err
+    assert json.loads((tmp_path / "again" / "iot.json").read_text())["per_seed"] == res["per_seed"]
+    code, _, err = run_cli([*base, "--out", str(tmp_path / "other"), "--units", str(units), "--c1", "0.2",
+                            "--no-progress"], capsys)  # a unit made with other settings is refused, not mixed in
+    assert code == 2 and "other settings (settings)" in one_error_line(err, alone=False)
+
 
 def test_iot_study_bad_input_is_one_line(study_supernet, tmp_path, capsys):
     run = str(study_supernet["run"])
@@ -98,3 +115,17 @@ def test_iot_study_bad_input_is_one_line(study_supernet, tmp_path, capsys):
         assert not (tmp_path / "x").exists()
     code, _, err = run_cli(["study", "iot", "--out", str(tmp_path / "y")], capsys)
     assert code == 2 and "--supernet" in one_error_line(err, alone=False)
+
+
+def test_stored_iot_artefacts_render_the_same_report(tmp_path):
+    """Every stored `study iot` result (docs/study/iot*.json) renders its stored .md again, byte for byte: the report
+    reads artefacts written before the cross-fitted statistics as well as after."""
+    from pathlib import Path
+
+    from nni_lvbert.study.iot_report import report
+
+    stored = [p for p in sorted((Path(__file__).parents[1] / "docs" / "study").glob("iot*.json")) if json.loads(p.read_text()).get("study") == "iot"]
+    assert len(stored) >= 6
+    for path in stored:
+        report(json.loads(path.read_text()), tmp_path)
+        assert (tmp_path / "iot.md").read_text() == path.with_suffix(".md").read_text(), path

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import layout
-from ..atomic import write_json
+from ..atomic import atomic_path, write_json
 from ..errors import UserError
 from ..iot.method import IOTMethod
 from ..options import flat_group, opt
@@ -38,6 +38,7 @@ from ..rundir import OPTIONS, RunDir
 from ..safeio import read_json
 from .common import StandaloneStudyOptions, begin_on_supernet, log, shown_path, shown_stats, start
 from .iot_report import report
+from .iot_stats import clustered, over_seeds, seed_rows
 
 RESULT = "iot.json"
 ORDERS_GROUP = "candidate orders (one source)"
@@ -62,6 +63,10 @@ class IOTStudyOptions(StandaloneStudyOptions):
                                      "plus IOT's, as many as the IOT model has seen; iot: IOT's steps x batch only "
                                      "(IOT also inherits the supernet's training)", choices=["total", "iot"],
                             group="")
+    units: str | None = opt(None, "where each seed's finished unit is kept (seed<k>.json: costs and settings; "
+                                  "seed<k>.npz: token-level scores) and resumed from (default OUT/units; a "
+                                  "directory in a repository lets a study outlive its run directory)",
+                            metavar="DIR", group="")
 
 
 def _defaults(opts: IOTStudyOptions) -> tuple[int, int | None]:
@@ -116,111 +121,67 @@ def _train_iot(opts: IOTStudyOptions, path: Path, seed: int, budget, m: int | No
                          data_seed=opts.data_seed, method=opts.method))
 
 
-# --- scoring: per validation row (one masking round of one sequence), then clustered by sequence ------------------
-def _row_sums(head, hidden, batch):
-    """(correct, loss sum, masked count) per row of one validation batch."""
-    import torch
-    import torch.nn.functional as F
-
-    from ..modeling import masked_rows, mlm_correct
-
-    logits = head(masked_rows(hidden, batch.positions)).float()
-    rows = batch.positions // hidden.shape[1]
-    b = hidden.shape[0]
-    zeros = torch.zeros(b, dtype=torch.float64)
-    return (zeros.index_add(0, rows, mlm_correct(logits, batch.target).double()),
-            zeros.index_add(0, rows, F.cross_entropy(logits, batch.target, reduction="none").double()),
-            zeros.index_add(0, rows, torch.ones_like(batch.target, dtype=torch.float64)))
+# --- units: one per seed (IOT run, its stand-alone baselines, the token-level scores), resumable from the files -----
+def _unit_paths(units: Path, seed: int) -> tuple[Path, Path]:
+    return units / f"seed{seed}.json", units / f"seed{seed}.npz"
 
 
-def iot_rows(model, batches) -> dict:
-    """Per row: every order's right tokens and loss (R, M), the masked count, the sequence, the predictor's choice."""
-    import torch
-
-    from ..iot.routing import route_logits
-
-    out = {"correct": [], "loss": [], "n": [], "seq": [], "choice": []}
-    with torch.inference_mode():
-        for b in batches:
-            per = [_row_sums(model.space.head, model.forward_order(k, b.input_ids, b.mask, b.token_type_ids)[0], b)
-                   for k in range(model.num_orders)]
-            out["correct"].append(torch.stack([p[0] for p in per], -1))
-            out["loss"].append(torch.stack([p[1] for p in per], -1))
-            out["n"].append(per[0][2])
-            out["seq"].append(b.seq)
-            out["choice"].append(route_logits(model.space, model.predictor, b.input_ids, b.mask).argmax(-1))
-    return {k: torch.cat(v).numpy() for k, v in out.items()}
+def _unit_identity(opts: IOTStudyOptions, archs, budget, alone, validation) -> dict:
+    """What a unit's scores are a function of (beside its seed): a stored unit that differs is refused."""
+    return {"orders": list(archs), "budget": budget.__dict__, "standalone_budget": alone.__dict__,
+            "settings": opts.method.settings(), "masked_tokens": validation.identity["masked_tokens"],
+            "sequences": validation.identity["sequences"]}
 
 
-def model_rows(model, batches) -> dict:
-    """Per row: a stand-alone model's right tokens and loss."""
-    import torch
-
-    with torch.inference_mode():
-        sums = [_row_sums(model.head, model.encode(b.input_ids, b.mask, b.token_type_ids), b) for b in batches]
-    return {"correct": torch.cat([s[0] for s in sums]).numpy(), "loss": torch.cat([s[1] for s in sums]).numpy()}
-
-
-def clustered(y, n, seq) -> dict:
-    """Ratio mean sum y / sum n of per-row sums with its standard error clustered by sequence
-    (`search.validation.ratio_and_se`, as `batches_metrics`)."""
-    from ..search.validation import ratio_and_se
-
-    size = int(seq.max()) + 1
-    mean, se = ratio_and_se(np.bincount(seq, y, size), np.bincount(seq, n, size))
-    return {"mean": mean, "se": se}
+def _load_unit(units: Path, seed: int, identity: dict) -> tuple[dict, dict] | None:
+    """A finished unit's record and arrays, None when not finished; refused when made with other settings."""
+    record_file, arrays_file = _unit_paths(units, seed)
+    if not record_file.is_file():
+        return None
+    record = read_json(record_file, "IOT study unit")
+    made = record.get("identity")
+    if made != identity:
+        differs = sorted(k for k in identity if (made or {}).get(k) != identity[k])
+        raise UserError(f"{record_file} was scored with other settings ({', '.join(differs) or 'unknown'}); give "
+                        "another --units directory or remove it")
+    with np.load(arrays_file) as z:
+        return record, {k: z[k] for k in z.files}
 
 
-def score_seed(rows: dict, alone: dict[str, dict], archs: list[str]) -> dict:
-    """One seed's statistics from `iot_rows` and each order's stand-alone `model_rows`."""
-    correct, loss, n, seq, choice = rows["correct"], rows["loss"], rows["n"], rows["seq"], rows["choice"]
-    m, r = correct.shape[1], np.arange(len(n))
-    oracle = (correct * 1e6 - loss).argmax(-1)  # the most right tokens (ties: lower loss), as validation_counts
-    routed_c, oracle_c = correct[r, choice], correct[r, oracle]
-    shared = [clustered(correct[:, k], n, seq) for k in range(m)]
-    best = max(range(m), key=lambda k: shared[k]["mean"])
-    has = n > 0
-    usage = np.bincount(choice, minlength=m) / len(choice)
-    oracle_share = np.bincount(oracle[has], minlength=m) / has.sum()
-    return {
-        "routed": clustered(routed_c, n, seq),
-        "routed_loss": clustered(loss[r, choice], n, seq)["mean"],
-        "orders": [{"arch": a, **s, "usage": float(u), "oracle_share": float(o)}
-                   for a, s, u, o in zip(archs, shared, usage, oracle_share)],
-        "best_shared": {"arch": archs[best], **shared[best]},
-        "routed_minus_best_shared": clustered(routed_c - correct[:, best], n, seq),
-        "oracle": clustered(oracle_c, n, seq),
-        "agreement": float((choice[has] == oracle[has]).mean()),
-        "agreement_by_chance": float((usage * oracle_share).sum()),
-        "usage": usage.tolist(),
-        "masked_tokens": int(n.sum()), "rows": int(len(n)),
-        "standalone": {a: {**clustered(alone[a]["correct"], n, seq),
-                           "routed_minus_this": clustered(routed_c - alone[a]["correct"], n, seq)} for a in archs},
-    }
-
-
-def _score(out: Path, seed: int, iot_dir: Path, paths: dict[str, Path], validation) -> dict:
-    """A seed's scores (scores/seed<k>.json: computed once)."""
+def _unit(opts: IOTStudyOptions, out: Path, units: Path, seed: int, budget, m, specs, validation,
+          identity: dict) -> tuple[dict, dict]:
+    """One seed: IOT, its M stand-alone baselines and the token-level scores (units/seed<k>.npz) with the costs
+    (units/seed<k>.json, written last: its presence marks the unit finished). A finished unit trains nothing."""
     import time
 
-    from ..cost import scoring_minutes
+    from ..cost import core_minutes, scoring_minutes
     from ..iot.rundir import load_iot
-    from .store import mlm_model
+    from ..iot.scoring import iot_tokens, model_tokens
+    from .store import mlm_model, train_all
 
-    file = out / "scores" / f"seed{seed}.json"
-    if file.is_file():
-        return read_json(file)
-    log(f"[seed {seed}] scoring IOT's routed model, its {len(paths)} orders and the stand-alone models on "
+    done = _load_unit(units, seed, identity)
+    if done is not None:
+        log(f"[seed {seed}] unit finished: {_unit_paths(units, seed)[0]}")
+        return done
+    iot_dir = out / "iot" / f"seed{seed}"
+    archs = identity["orders"]
+    log(f"[seed {seed}] IOT over {', '.join(archs)}: {budget.steps} steps of batch {budget.batch_size}")
+    _train_iot(opts, iot_dir, seed, budget, m)
+    paths = dict(zip(archs, train_all(specs, opts.store(), opts.progress)))
+    log(f"[seed {seed}] scoring IOT's routed model, its {len(archs)} orders and the stand-alone models on "
         f"{len(validation.batches)} validation batches")
     started = time.perf_counter()
-    model = load_iot(iot_dir)
-    archs = [o.compact for o in model.orders]
-    rows = iot_rows(model, validation.batches)
-    alone = {a: model_rows(mlm_model(paths[a]), validation.batches) for a in archs}
-    res = {"seed": seed, **score_seed(rows, alone, archs),
-           "scoring_core_minutes": scoring_minutes(time.perf_counter() - started)}
-    write_json(file, res)
-    return res
+    arrays = iot_tokens(load_iot(iot_dir), validation.batches)
+    arrays["standalone"] = np.stack([model_tokens(mlm_model(paths[a]), validation.batches) for a in archs], -1)
+    record = {"seed": seed, "identity": identity,
+              "core_minutes": {"iot": core_minutes(RunDir(iot_dir, "IOT").meta),
+                               "standalone": {a: core_minutes(RunDir(p, "pretrain").meta) for a, p in paths.items()}},
+              "scoring_core_minutes": scoring_minutes(time.perf_counter() - started)}
+    record_file, arrays_file = _unit_paths(units, seed)
+    with atomic_path(arrays_file, suffix=".npz") as tmp:
+        np.savez_compressed(tmp, **arrays)
+    write_json(record_file, record)
+    return record, arrays
 
 
 def plan_iot(opts: IOTStudyOptions):
@@ -257,21 +218,15 @@ def run_iot_study(opts: IOTStudyOptions) -> dict:
         from .nnictl import write_study_experiment
 
         return write_study_experiment(opts, [s for seed_specs in specs.values() for s in seed_specs])
-    from .store import Validation, train_all
+    from .store import Validation
 
     validation = Validation.load(data, sn.cfg, opts.validation_tokens(), "full", opts.data_seed)
     out = start(opts)
-    seeds, k = list(specs), len(specs)
-    per_seed, costs = [], []
-    for i, seed in enumerate(seeds):
-        iot_dir = out / "iot" / f"seed{seed}"
-        log(f"[seed {i + 1}/{k}] IOT over {', '.join(archs)}: {budget.steps} steps of batch {budget.batch_size}")
-        _train_iot(opts, iot_dir, seed, budget, m)
-        paths = dict(zip(archs, train_all(specs[seed], opts.store(), opts.progress)))
-        per_seed.append(_score(out, seed, iot_dir, paths, validation))
-        costs.append({"iot": core_minutes(RunDir(iot_dir, "IOT").meta),
-                      "standalone": {a: core_minutes(RunDir(p, "pretrain").meta) for a, p in paths.items()}})
-    result = summarize(per_seed, costs, archs)
+    units = Path(opts.units) if opts.units else out / "units"
+    identity = _unit_identity(opts, archs, budget, alone, validation)
+    seeds = list(specs)
+    done = [_unit(opts, out, units, seed, budget, m, specs[seed], validation, identity) for seed in seeds]
+    result = summarize([r for r, _ in done], [a for _, a in done], archs)
     result.update(study="iot", supernet=shown_path(opts.supernet), data=shown_path(data), seeds=seeds,
                   budget=budget.__dict__, m=len(archs), settings=opts.method.settings(),
                   auxiliary_losses={"L_D": opts.method.c1 > 0, "L_S": opts.method.c2 > 0},
@@ -285,33 +240,31 @@ def run_iot_study(opts: IOTStudyOptions) -> dict:
     return {"seeds": seeds, "orders": archs, "result": str(out / RESULT), "goal": result["goal"]}
 
 
-def summarize(per_seed: list[dict], costs: list[dict], archs: list[str]) -> dict:
-    """Means over seeds, the baseline (the order best stand-alone on the mean over seeds) and the goal's test."""
-    k = len(per_seed)
-
-    def mean_se(values: list[float], ses: list[float]) -> dict:
-        """Mean over seeds; its standard error from the seeds' spread (2+ seeds), else the token-level error."""
-        v = np.array(values)
-        spread = float(v.std(ddof=1) / np.sqrt(k)) if k > 1 else None
-        tokens = float(np.sqrt(np.sum(np.square(ses))) / k)
-        return {"mean": float(v.mean()), "se": spread if spread is not None else tokens, "se_seeds": spread,
-                "se_tokens": tokens, "per_seed": v.tolist()}
+def summarize(records: list[dict], arrays: list[dict], archs: list[str]) -> dict:
+    """Per seed and over seeds (`iot_stats`): every quantity, the baseline (the order best stand-alone on the mean
+    over seeds) and the goal's test (routed minus the baseline more than 2 standard errors above 0, the standard
+    error combining the seeds' spread and the validation sampling error)."""
+    rows = [seed_rows(a, archs) for a in arrays]
+    n, seq = rows[0]["n"], rows[0]["seq"]
+    if any(not (np.array_equal(r["n"], n) and np.array_equal(r["seq"], seq)) for r in rows):
+        raise UserError("the seeds' units were scored on different validation rows; score them again")
+    per_seed = [_seed_stats(r, rec, archs) for r, rec in zip(rows, records)]
 
     def over(get) -> dict:
-        return mean_se([get(s)["mean"] for s in per_seed], [get(s)["se"] for s in per_seed])
+        return over_seeds([get(r["y"]) for r in rows], n, seq)
 
     base = max(archs, key=lambda a: np.mean([s["standalone"][a]["mean"] for s in per_seed]))
-    diff = over(lambda s: s["standalone"][base]["routed_minus_this"])
+    diff = over(lambda y: y["routed"] - y[f"standalone:{base}"])
     goal = {"baseline": base, "routed_minus_standalone": diff, "z": diff["mean"] / diff["se"] if diff["se"] else None,
             "met": bool(diff["se"] and diff["mean"] > 2 * diff["se"])}
+    costs = [rec["core_minutes"] for rec in records]
     return {
         "orders": archs,
-        "per_seed": [{**s, "core_minutes": c} for s, c in zip(per_seed, costs)],
-        "mean": {"routed": over(lambda s: s["routed"]), "oracle": over(lambda s: s["oracle"]),
-                 "best_shared": over(lambda s: s["best_shared"]),
-                 "routed_minus_best_shared": over(lambda s: s["routed_minus_best_shared"]),
-                 "orders_shared": {a: over(lambda s, i=i: s["orders"][i]) for i, a in enumerate(archs)},
-                 "standalone": {a: over(lambda s, a=a: s["standalone"][a]) for a in archs},
+        "per_seed": per_seed,
+        "mean": {**{name: over(lambda y, name=name: y[name]) for name in LEVELS},
+                 **{name: over(lambda y, a=a, b=b: y[a] - y[b]) for name, (a, b) in DIFFERENCES.items()},
+                 "orders_shared": {a: over(lambda y, a=a: y[f"order:{a}"]) for a in archs},
+                 "standalone": {a: over(lambda y, a=a: y[f"standalone:{a}"]) for a in archs},
                  "agreement": float(np.mean([s["agreement"] for s in per_seed])),
                  "agreement_by_chance": float(np.mean([s["agreement_by_chance"] for s in per_seed])),
                  "usage": np.mean([s["usage"] for s in per_seed], 0).tolist(),
@@ -319,4 +272,36 @@ def summarize(per_seed: list[dict], costs: list[dict], archs: list[str]) -> dict
                  "baseline_core_minutes": float(np.mean([c["standalone"][base] for c in costs])),
                  "all_standalone_core_minutes": float(np.mean([sum(c["standalone"].values()) for c in costs]))},
         "goal": goal,
+    }
+
+
+LEVELS = ("routed", "oracle", "oracle_crossfit", "random_at_usage", "best_shared", "best_shared_heldout")
+DIFFERENCES = {"routed_minus_best_shared": ("routed", "best_shared"),
+               "routed_minus_best_shared_heldout": ("routed", "best_shared_heldout"),
+               "routed_minus_random_at_usage": ("routed", "random_at_usage"),
+               "oracle_crossfit_minus_routed": ("oracle_crossfit", "routed"),
+               "oracle_minus_routed": ("oracle", "routed")}
+
+
+def _seed_stats(r: dict, record: dict, archs: list[str]) -> dict:
+    """One seed's statistics (each clustered by validation sequence) from its `seed_rows`."""
+    y, n, seq = r["y"], r["n"], r["seq"]
+
+    def cl(v) -> dict:
+        return clustered(v, n, seq)
+
+    return {
+        "seed": record["seed"],
+        **{name: cl(y[name]) for name in LEVELS if name not in ("best_shared", "best_shared_heldout")},
+        **{name: cl(y[a] - y[b]) for name, (a, b) in DIFFERENCES.items()},
+        "routed_loss": clustered(r["routed_loss"], n, seq)["mean"],
+        "orders": [{"arch": a, **cl(y[f"order:{a}"]), "usage": float(u), "oracle_share": float(o)}
+                   for a, u, o in zip(archs, r["usage"], r["oracle_share"])],
+        "best_shared": {"arch": archs[r["best"]], **cl(y["best_shared"])},
+        "best_shared_heldout": {"arch": [archs[k] for k in r["heldout_chosen"]], **cl(y["best_shared_heldout"])},
+        "agreement": r["agreement"], "agreement_by_chance": r["agreement_by_chance"],
+        "usage": r["usage"].tolist(), "masked_tokens": int(n.sum()), "rows": int(len(n)),
+        "standalone": {a: {**cl(y[f"standalone:{a}"]), "routed_minus_this": cl(y["routed"] - y[f"standalone:{a}"])}
+                       for a in archs},
+        "core_minutes": record["core_minutes"], "scoring_core_minutes": record["scoring_core_minutes"],
     }

@@ -27,18 +27,35 @@ def report(result: dict, out: Path) -> None:
     same = "the supernet's plus IOT's" if result["equal_tokens"] == "total" else "IOT's alone"
     base = goal["baseline"]
     aux = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in result["auxiliary_losses"].items())
-    rows = [[p["seed"], pm(p["routed"]), f"`{p['best_shared']['arch']}` {pm(p['best_shared'])}",
-             pm(p["routed_minus_best_shared"], "+"), pm(p["oracle"]), f"{p['agreement']:.3f}",
-             " / ".join(f"{100 * u:.0f}" for u in p["usage"]), pm(p["standalone"][base]),
-             pm(p["standalone"][base]["routed_minus_this"], "+"),
-             f"{p['core_minutes']['iot']:.2f}", f"{p['core_minutes']['standalone'][base]:.2f}"]
-            for p in result["per_seed"]]
-    rows.append(["mean", pm(mean["routed"]), pm(mean["best_shared"]), pm(mean["routed_minus_best_shared"], "+"),
-                 pm(mean["oracle"]), f"{mean['agreement']:.3f}", " / ".join(f"{100 * u:.0f}" for u in mean["usage"]),
-                 pm(mean["standalone"][base]), pm(goal["routed_minus_standalone"], "+"),
-                 f"{mean['iot_core_minutes']:.2f}", f"{mean['baseline_core_minutes']:.2f}"])
+    crossfit = "oracle_crossfit" in mean  # artefacts written before the cross-fitted statistics have none
+    rows = [_seed_row(p, base, crossfit) for p in result["per_seed"]]
+    rows.append(["mean", pm(mean["routed"]), pm(mean["best_shared_heldout" if crossfit else "best_shared"]),
+                 pm(mean["routed_minus_best_shared_heldout" if crossfit else "routed_minus_best_shared"], "+"),
+                 pm(mean["oracle"])] + ([pm(mean["oracle_crossfit"]), pm(mean["routed_minus_random_at_usage"], "+")]
+                                        if crossfit else [])
+                + [f"{mean['agreement']:.3f}", " / ".join(f"{100 * u:.0f}" for u in mean["usage"]),
+                   pm(mean["standalone"][base]), pm(goal["routed_minus_standalone"], "+"),
+                   f"{mean['iot_core_minutes']:.2f}", f"{mean['baseline_core_minutes']:.2f}"])
     d = goal["routed_minus_standalone"]
     z = "n/a" if goal["z"] is None else f"{goal['z']:.2f}"
+    if crossfit:
+        headroom = [f"- headroom: the cross-fitted oracle (each row's order chosen on half of its masked tokens, "
+                    f"scored on the other half) − routed = {pm(mean['oracle_crossfit_minus_routed'], '+')}; the "
+                    f"in-sample oracle − routed = {pm(mean['oracle_minus_routed'], '+')} is an upper bound (its "
+                    "choice also fits the scored tokens' noise)",
+                    f"- the predictor: routed − random routing at the predictor's usage = "
+                    f"{pm(mean['routed_minus_random_at_usage'], '+')}; it agrees with the in-sample oracle's choice "
+                    f"on {mean['agreement']:.3f} of the rows (by chance {mean['agreement_by_chance']:.3f})",
+                    f"- routed − the best shared order chosen on the other half of the validation sequences = "
+                    f"{pm(mean['routed_minus_best_shared_heldout'], '+')} (chosen on the same tokens: "
+                    f"{pm(mean['routed_minus_best_shared'], '+')})"]
+    else:
+        headroom = [f"- headroom: oracle − routed = {mean['oracle']['mean'] - mean['routed']['mean']:+.4f}; predictor "
+                    f"agrees with the oracle's choice on {mean['agreement']:.3f} of the instances (by chance "
+                    f"{mean['agreement_by_chance']:.3f})"]
+    se_text = ("over seeds and the validation sampling error combined (seeds score the same validation sequences; "
+               "iot.json gives se_seeds and se_validation apart)" if crossfit else
+               "over seeds, or the token-level error with one seed")
     md = [f"# IOT against the best single order trained alone ({len(result['seeds'])} seed"
           f"{'s' * (len(result['seeds']) > 1)}, M = {result['m']})\n",
           f"Reference supernet `{result['supernet']}`. Orders: {', '.join(f'`{a}`' for a in result['orders'])}. "
@@ -49,12 +66,10 @@ def report(result: dict, out: Path) -> None:
           f"auxiliary losses: {aux}. "
           f"Scored on {result['validation']['masked_tokens']} masked validation tokens "
           f"({result['validation']['masking']} masking); ± is a standard error (per seed: clustered by validation "
-          "sequence; the mean: over seeds, or the token-level error with one seed).\n",
+          f"sequence; the mean: {se_text}).\n",
           f"- **goal** (routed beats the stand-alone `{base}` by more than 2 standard errors): "
           f"**{'met' if goal['met'] else 'not met'}**: routed − stand-alone = {pm(d, '+')} (z = {z})",
-          f"- headroom: oracle − routed = {mean['oracle']['mean'] - mean['routed']['mean']:+.4f}; predictor agrees "
-          f"with the oracle's choice on {mean['agreement']:.3f} of the instances (by chance "
-          f"{mean['agreement_by_chance']:.3f})",
+          *headroom,
           f"- cost (core-minutes, mean per seed): IOT {mean['iot_core_minutes']:.2f}; the stand-alone baseline "
           f"{mean['baseline_core_minutes']:.2f} (all {result['m']} stand-alone orders "
           f"{mean['all_standalone_core_minutes']:.2f}); the reference supernet "
@@ -63,9 +78,11 @@ def report(result: dict, out: Path) -> None:
           "tokens (in its favour)" + ("" if result["equal_tokens"] == "total" else
                                       "; with --equal-tokens iot the stand-alone models see fewer sequences than the "
                                       "IOT model (which inherits the supernet's training): in IOT's favour") + "\n",
-          markdown_table(["seed", "routed", "best shared order", "routed − best shared", "oracle", "agreement",
-                          "usage %", f"stand-alone `{base}`", "routed − stand-alone", "IOT core-min",
-                          "stand-alone core-min"], rows),
+          markdown_table(["seed", "routed", "best shared order" + (" (held out)" if crossfit else ""),
+                          "routed − best shared", "oracle" + (" (in-sample)" if crossfit else "")]
+                         + (["oracle (cross-fitted)", "routed − random at usage"] if crossfit else [])
+                         + ["agreement", "usage %", f"stand-alone `{base}`", "routed − stand-alone", "IOT core-min",
+                            "stand-alone core-min"], rows),
           markdown_table(["order", "shared weights (mean ± se)", "stand-alone (mean ± se)", "usage %"],
                          [[f"`{a}`", pm(mean["orders_shared"][a]), pm(mean["standalone"][a]),
                            f"{100 * u:.0f}"] for a, u in zip(result["orders"], mean["usage"])])]
@@ -73,10 +90,26 @@ def report(result: dict, out: Path) -> None:
     _plot(result, out / "iot.png")
 
 
+def _seed_row(p: dict, base: str, crossfit: bool) -> list:
+    shared = p["best_shared_heldout"] if crossfit else p["best_shared"]
+    arch = " / ".join(f"`{a}`" for a in shared["arch"]) if isinstance(shared["arch"], list) else f"`{shared['arch']}`"
+    return ([p["seed"], pm(p["routed"]), f"{arch} {pm(shared)}",
+             pm(p["routed_minus_best_shared_heldout" if crossfit else "routed_minus_best_shared"], "+"),
+             pm(p["oracle"])]
+            + ([pm(p["oracle_crossfit"]), pm(p["routed_minus_random_at_usage"], "+")] if crossfit else [])
+            + [f"{p['agreement']:.3f}", " / ".join(f"{100 * u:.0f}" for u in p["usage"]), pm(p["standalone"][base]),
+               pm(p["standalone"][base]["routed_minus_this"], "+"),
+               f"{p['core_minutes']['iot']:.2f}", f"{p['core_minutes']['standalone'][base]:.2f}"])
+
+
 def _plot(result: dict, path: Path) -> None:
     mean, archs = result["mean"], result["orders"]
     bars = ([(f"{a}\nshared", mean["orders_shared"][a], "tab:blue") for a in archs]
-            + [("routed", mean["routed"], "tab:green"), ("oracle", mean["oracle"], "tab:gray")]
+            + [("routed", mean["routed"], "tab:green")]
+            + ([("random routing\nat its usage", mean["random_at_usage"], "tab:olive"),
+                ("oracle\ncross-fitted", mean["oracle_crossfit"], "tab:gray"),
+                ("oracle\nin-sample", mean["oracle"], "lightgray")] if "oracle_crossfit" in mean
+               else [("oracle", mean["oracle"], "tab:gray")])
             + [(f"{a}\nalone", mean["standalone"][a], "tab:orange") for a in archs])
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6.4, 0.8 * len(bars)), 4.2))
