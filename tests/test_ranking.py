@@ -333,7 +333,12 @@ def test_reanalyse_adds_the_resolution_keys_and_the_report_follows_the_order_eff
         kendalltau(np.array([r["spos"] for r in result["rows"]])[conv], gt[conv]).statistic)
     assert new["reliability"] == reliability(seeds) and new["baseline"] == "spos"
     assert new["ceiling_simulated"]["normal"] == ceiling_by_simulation(seeds, 40, 0)
-    assert new["searched_rank"] == {"arch": "ccsfsf", **rank_interval(seeds, 2, 40, 0)}
+    searched = new["searched_rank"]
+    assert {k: searched[k] for k in ("arch", "rank", "per_seed", "interval", "level", "resamples")} == \
+        {"arch": "ccsfsf", **rank_interval(seeds, 2, 40, 0)}
+    assert searched["group"] == "mixed" and searched["resolvable"] == groups["mixed"]["resolvable"]
+    assert searched["regret"]["value"] == pytest.approx(gt.max() - gt[2]) and searched["regret"]["ci95"][0] >= 0
+    assert new["perfect_ranker"]["kendall_tau"] is not None and len(new["failed_run_sensitivity"]) == 4
     for t in new["rankers"]:
         s = np.array([r[t["ranker"]] for r in result["rows"]])
         assert t["shares_seed"] == (t["kind"] in ("short", "rerank"))
@@ -345,6 +350,9 @@ def test_reanalyse_adds_the_resolution_keys_and_the_report_follows_the_order_eff
             assert t["vs_baseline"]["difference"] == pytest.approx(
                 t["kendall_tau"] - kendalltau(np.array([r["spos"] for r in result["rows"]]), gt).statistic)
         assert t["pick_rank_interval"]["rank"] == t["pick_rank"]
+        tau = t["kendall_tau_hierarchical"]
+        assert tau["value"] == pytest.approx(t["kendall_tau"]) and tau["resampled"] == "orders and seeds"
+        assert t["regret_hierarchical"]["value"] == pytest.approx(t["regret"])
     # from a stored ranking.json alone: ranking.json and ranking.md rewritten in --out
     src = tmp_path / "study.json"
     src.write_text(json.dumps(result))
@@ -353,13 +361,16 @@ def test_reanalyse_adds_the_resolution_keys_and_the_report_follows_the_order_eff
     assert main([str(src), "--out", str(tmp_path / "re"), "--resamples", "40"]) == 0
     assert json.loads((tmp_path / "re" / "ranking.json").read_text()) == json.loads(json.dumps(new))
     md = (tmp_path / "re" / "ranking.md").read_text()
-    assert "0.0 is the range over the 3 splits, not an interval"[4:] in md and "corrected ceiling" in md
+    assert "0.0 is the range over the 3 splits, not an interval"[4:] in md and "perfect-ranker reference" in md
+    assert "ceiling" not in md.replace("not a ceiling", "")  # named for what it is
     verdicts = {line.split("|")[1].strip(): line.split("|")[7].strip() for line in md.splitlines()
                 if line.startswith("| ") and line.count("|") == 8 and "F(" in line}
     assert verdicts["without convolution"] == "order effect detectable"
     assert ("not resolvable at this budget" in verdicts["with convolution"]) == \
         (not groups["with convolution"]["resolvable"])
-    assert "tau without convolution (5) |" in md and "the searched order `ccsfsf`: rank" in md
+    assert "tau without convolution (5) |" in md
+    assert ("the searched order `ccsfsf`: rank" in md) == bool(groups["mixed"]["resolvable"])
+    assert ("its rank inside it is not resolvable" in md) == (not groups["mixed"]["resolvable"])
 
 
 def test_a_failed_run_is_flagged_and_the_groups_are_tested_again_without_it(tmp_path, monkeypatch):
@@ -482,9 +493,12 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
         assert t["kendall_tau_other_seeds"] == (pytest.approx(other) if t["shares_seed"] and not np.isnan(other)
                                                 else None)
         assert t["pick_rank_interval"]["rank"] == t["pick_rank"]
+        tau = t["kendall_tau_hierarchical"]
+        assert tau["value"] == pytest.approx(t["kendall_tau"]) and tau["resampled"] == "orders and seeds"
+        assert t["regret_hierarchical"]["value"] == pytest.approx(t["regret"])
         assert (t["vs_baseline"] is None) == (t["ranker"] == "spos")
     assert res["groups"][0]["group"] == "all orders" and res["groups"][0]["orders"] == 5
-    assert "## Order effect and ceiling per group" in (out / "ranking.md").read_text()
+    assert "## Order effect and perfect-ranker reference per group" in (out / "ranking.md").read_text()
     short = res["ranker_details"]["short:10"]
     assert short["steps"] == 10 and all(json.loads((out / "models" / r.split("/")[-1] / "options.json").read_text())
                                         ["max_steps"] == 10 for r in short["runs"])
@@ -492,7 +506,7 @@ def test_ranking_quick_end_to_end_and_resume(trained, tmp_path, capsys):
     assert len(list((out / "models").glob("*-mlm-seed*/meta.json"))) == 5 * 2 + 5  # ground truth + short:10
     assert (out / "ranking.png").stat().st_size > 5000 and (out / "ranking-scatter.png").is_file()
     assert (out / "ranking-truth.png").stat().st_size > 5000
-    assert "noise ceiling" in (out / "ranking.md").read_text()
+    assert "split-half agreement" in (out / "ranking.md").read_text()
     printed = json.loads(stdout.strip().splitlines()[-1])
     assert printed["orders"] == 5 and set(printed["rankers"]) == {"spos", "short:10", "zc:synflow", "rerank:2:10"}
 

@@ -34,7 +34,8 @@ from ..safeio import read_json
 from .common import (NNICTL_OPTIONS, StandaloneStudyOptions, begin_on_supernet, log, shown_path, shown_stats,
                      start)
 from .ranking_plots import plot_cost, plot_scatter, plot_truth
-from .reanalyse import ceiling_lines, group_tables, other_seeds_cell, pick_cell, reanalyse, searched_line, vs_cell
+from .reanalyse import (ceiling_lines, group_tables, other_seeds_cell, pick_cell, reanalyse, reference_table,
+                        searched_line, vs_cell)
 from .stats import kendall, markdown_table, noise_ceiling, rank_correlations, regret, top_overlap
 from .store import Standalone, Validation, preset_size, standalone_spec, train_all
 
@@ -217,6 +218,7 @@ def run_ranking(opts: RankingOptions) -> dict:
     write_json(out / RESULT, result)
     return {key: result[key] for key in ("orders", "noise_ceiling", "seed_std_median")} | {
         "ceiling_noise_free": (result["reliability"] or {}).get("kendall_tau_noise_free"),
+        "perfect_ranker": {key: (result.get("perfect_ranker") or {}).get(key) for key in ("kendall_tau", "range90")},
         "order_effect": {g["group"]: {key: (g["order_effect"] or {}).get(key) for key in ("F", "df", "p")}
                          for g in result["groups"]},
         "rankers": {t["ranker"]: {"kendall_tau": t["kendall_tau"], "regret": t["regret"],
@@ -323,7 +325,8 @@ def _pick_header(result: dict) -> str:
 def _tau_cell(t: dict) -> str:
     if t["kendall_tau"] is None:
         return f"n/a ({t.get('undefined') or 'all scores equal'})"
-    return f"{_num(t['kendall_tau'])} {_ci(t['kendall_tau_ci95'])}"
+    h = t.get("kendall_tau_hierarchical")  # orders and seeds resampled (issue 54)
+    return f"{_num(t['kendall_tau'])} {_ci(h['ci95'] if h else t['kendall_tau_ci95'])}"
 
 
 def _report(result: dict, out: Path) -> None:
@@ -334,6 +337,7 @@ def _report(result: dict, out: Path) -> None:
                 "not an interval)" if ceiling else "n/a (one seed)")
 
     seeds, base = len(result["seeds"]), result.get("baseline")
+    hier = any(t.get("kendall_tau_hierarchical") for t in result["rankers"])
     groups = {g["group"]: g for g in result.get("groups") or []}
     others = ", ".join(map(str, result["seeds"][1:])) or "n/a"
     mixed_note = ": not resolvable at this budget" if (groups.get("mixed") or {}).get("resolvable") is False else ""
@@ -343,8 +347,10 @@ def _report(result: dict, out: Path) -> None:
           f"{', '.join(map(str, result['seeds']))}; scored by {result['rank_by']} on "
           f"{result['validation']['masked_tokens']} masked validation tokens "
           f"({result['validation'].get('masking', 'fixed')} masking).\n",
-          f"- noise ceiling (Kendall tau between seed halves; a lower bound, each half being noisier than the "
-          f"{seeds}-seed mean): **{ceiling_text(ceiling)}**; among the mixed orders: "
+          (f"- split-half agreement (Kendall tau between seed halves; each half is noisier than the {seeds}-seed "
+           "mean): " if hier else f"- noise ceiling (Kendall tau between seed halves; a lower bound, each half being "
+                                   f"noisier than the {seeds}-seed mean): ")
+          + f"**{ceiling_text(ceiling)}**; among the mixed orders: "
           f"{ceiling_text(result.get('noise_ceiling_mixed'))}",
           *ceiling_lines(result),
           f"- median seed spread (std over seeds) of an order's score: {_num(result['seed_std_median'], 4)}",
@@ -353,16 +359,20 @@ def _report(result: dict, out: Path) -> None:
           *[_budget_line(t["ranker"], t["budget_check"], b["steps"])
             for t in result["rankers"] if t.get("budget_check")],
           "",
-          markdown_table(["ranker", "core-min", "Kendall tau [95 %]", f"tau - {base} [95 %, paired]",
+          markdown_table(["ranker", "core-min", "Kendall tau [95 %" + (", orders and seeds]" if hier else "]"),
+                          f"tau - {base} [95 %, paired]",
                           "Spearman rho", f"tau (mixed{mixed_note})", f"tau against seeds {others} only", "top-5",
                           "regret", _pick_header(result)],
                          [[t["ranker"], f"{t['core_minutes']:.1f}", _tau_cell(t), vs_cell(t),
                            _num(t["spearman_rho"]), _num(t["kendall_tau_mixed"]), other_seeds_cell(t),
                            f"{t['top5_overlap']:.1f}", _num(t["regret"], 4), pick_cell(t)]
                           for t in result["rankers"]]),
-          f"Paired: both taus on the same resampled orders. Tau against seeds {others} only: the rankers that train "
+          ("Intervals over the orders and the ground truth's seeds resampled (hierarchical bootstrap); paired: both "
+           "taus on the same resample." if hier else "Paired: both taus on the same resampled orders.")
+          + f" Tau against seeds {others} only: the rankers that train "
           f"with the ground truth's first seed {result['seeds'][0]} (short, rerank), against the other seeds' mean.\n"
           if result.get("groups") is not None else "",
+          *reference_table(result),
           *group_tables(result),
           markdown_table(["order", "role", "ground truth", "seed std", *[t["ranker"] for t in result["rankers"]]],
                          [[f"`{r['arch']}`", r["role"], r["ground_truth"], _num(r["seed_std"], 4),

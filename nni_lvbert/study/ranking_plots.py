@@ -17,16 +17,22 @@ def plot_cost(result: dict, path: Path) -> None:
     for t in result["rankers"]:
         cost = max(t["core_minutes"], 1e-3)
         if t["kendall_tau"] is not None:
-            ci = t["kendall_tau_ci95"] or [t["kendall_tau"]] * 2
+            h = t.get("kendall_tau_hierarchical")  # orders and seeds resampled, where reanalysed
+            ci = (h["ci95"] if h else t["kendall_tau_ci95"]) or [t["kendall_tau"]] * 2
             left.errorbar([cost], [t["kendall_tau"]], yerr=[[t["kendall_tau"] - ci[0]], [ci[1] - t["kendall_tau"]]],
                           fmt="o", capsize=3)
             taus.append((t["ranker"], cost, t["kendall_tau"]))
         right.plot([cost], [t["regret"]], "o")
         regrets.append((t["ranker"], cost, t["regret"]))
-    ceiling, corrected = result["noise_ceiling"], result.get("reliability")
+    ceiling, corrected, ref = result["noise_ceiling"], result.get("reliability"), result.get("perfect_ranker")
     if ceiling:
-        left.axhline(ceiling["kendall_tau"], ls="--", color="0.4", lw=1, label="noise ceiling (split-half)")
-    if corrected:
+        left.axhline(ceiling["kendall_tau"], ls="--", color="0.4", lw=1,
+                     label="split-half agreement" if ref else "noise ceiling (split-half)")
+    if ref and ref.get("kendall_tau") is not None:
+        left.axhline(ref["kendall_tau"], ls=":", color="0.2", lw=1,
+                     label=f"perfect ranker against the {len(result['seeds'])}-seed mean (expected; 5-95 % band)")
+        left.axhspan(*ref["range90"], color="0.85", alpha=0.5, lw=0)
+    elif corrected:
         left.axhline(corrected["kendall_tau_noise_free"], ls=":", color="0.2", lw=1,
                      label=f"noise-free ranker against the {len(result['seeds'])}-seed mean")
     if ceiling or corrected:
