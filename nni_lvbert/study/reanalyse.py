@@ -209,6 +209,10 @@ def reference_table(result: dict) -> list[str]:
                             f"tau - {result.get('baseline')} [95 %, paired]", "regret [95 %]"], rows)]
 
 
+def _p_cell(p) -> str:
+    return "n/a" if p is None else _num(p, 3) if p >= 1e-3 else f"{p:.1g}"
+
+
 def _signed(v) -> str:
     return "n/a" if v is None else f"{v:+.2f}"
 
@@ -229,8 +233,7 @@ def sensitivity_table(result: dict) -> list[str]:
             "the perfect-ranker reference without those orders.\n",
             markdown_table(["rule", "flagged runs", "order effect p", "perfect ranker [5-95 %]", *names],
                            [["none" if r["mads"] is None else f"{r['mads']} MADs", r["flagged"],
-                             _num(r["order_effect_p"], 3) if (r["order_effect_p"] or 0) >= 1e-3 else
-                             f"{r['order_effect_p']:.1g}", _sim_cell(r["perfect_ranker"]),
+                             _p_cell(r["order_effect_p"]), _sim_cell(r["perfect_ranker"]),
                              *[_num(r["kendall_tau"][n], 2) for n in names]] for r in rows])]
 
 
