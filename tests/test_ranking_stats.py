@@ -89,3 +89,12 @@ def test_a_failed_run_lowers_the_reference_and_the_rule_sensitivity_shows_it():
     assert rows[2]["perfect_ranker"]["kendall_tau"] > with_failed  # the failed run's tail costs a perfect ranker
     rel = rs.relative_tau({"value": 0.5, "ci95": [0.1, 0.8]}, {"kendall_tau": 0.8, "range90": [0.6, 0.9]})
     assert rel["fraction"] == pytest.approx(0.625) and rel["ci95"] == pytest.approx([0.125, 1.0])
+
+
+def test_numpy_kendall_tau_b_equals_scipys_with_ties_and_none_when_undefined():
+    rng = np.random.default_rng(12)
+    for _ in range(50):
+        x, y = rng.integers(0, 4, 10).astype(float), rng.integers(0, 6, 10).astype(float)
+        if len(np.unique(x)) > 1 and len(np.unique(y)) > 1:
+            assert rs.kendall(x, y) == pytest.approx(kendalltau(x, y).statistic, abs=1e-12)
+    assert rs.kendall([1, 1, 1], [1, 2, 3]) is None and rs.kendall([1, 2], [2, 1]) is None
