@@ -115,6 +115,37 @@ class SpaceSpec:
         return {"name": self.name, "slots": self.slots, "candidates": list(self.candidates), "size": self.size}
 
 
+SPACE_KEYS = {"name": "the space's name (default: the file's stem)",
+              "slots": "the number of layer slots, a positive integer (default 24)",
+              "candidates": f"the layer types every slot chooses from, a list drawn from {', '.join(LAYER_TYPES)} "
+                            "(default: all)",
+              "size": "the default size, a name in search_spaces/sizes.yaml (default small)",
+              "description": "free text, ignored"}
+
+
+def check_space_yaml(data: dict, path) -> None:
+    """One clear line for the first mistake in a space YAML's mapping (keys as SPACE_KEYS describes them)."""
+    unknown = sorted(set(data) - set(SPACE_KEYS))
+    if unknown:
+        raise UserError(f"{path}: unknown key(s) {', '.join(map(str, unknown))}; a space YAML takes "
+                        f"{', '.join(SPACE_KEYS)}")
+    if "name" in data and not isinstance(data["name"], str):
+        raise UserError(f"{path}: name must be a string, got {data['name']!r}")
+    slots = data.get("slots", 24)
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+        raise UserError(f"{path}: slots must be a positive integer, got {slots!r}")
+    cands = data.get("candidates", list(LAYER_TYPES))
+    if not isinstance(cands, list) or not cands or not all(isinstance(c, str) for c in cands):
+        raise UserError(f"{path}: candidates must be a non-empty list of layer types ({', '.join(LAYER_TYPES)}), "
+                        f"e.g. [dc, sa, ff]; got {cands!r}")
+    bad = [c for c in cands if c not in LAYER_TYPES]
+    if bad:
+        raise UserError(f"{path}: unknown layer type(s) {', '.join(bad)} in candidates; choose from "
+                        f"{', '.join(LAYER_TYPES)}")
+    if "size" in data and data["size"] not in size_names():
+        raise UserError(f"{path}: size must be one of {', '.join(size_names())}, got {data['size']!r}")
+
+
 def load_space(name_or_path: str | Path) -> SpaceSpec:
     """A space by name (search_spaces/<name>.yaml) or by path to a YAML file."""
     p = Path(name_or_path)
@@ -125,9 +156,7 @@ def load_space(name_or_path: str | Path) -> SpaceSpec:
                             "or give a YAML path")
         p = candidate
     data = read_yaml(p)
-    unknown = sorted(set(data) - {"name", "slots", "candidates", "size", "description"})
-    if unknown:
-        raise UserError(f"{p}: unknown keys {', '.join(unknown)}")
+    check_space_yaml(data, p)
     data.pop("description", None)
     data.setdefault("name", p.stem)
     return SpaceSpec(**data, path=str(p))
