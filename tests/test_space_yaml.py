@@ -37,3 +37,14 @@ def test_a_good_space_yaml_loads_with_its_defaults(tmp_path):
     spec = load_space(str(path))
     assert (spec.name, spec.slots, spec.candidates, spec.size) == ("mine", 12, ["dc", "sa", "glu"], "tiny")
     assert set(SPACE_KEYS) == {"name", "slots", "candidates", "size", "description"}
+
+
+def test_the_guides_example_space_loads_as_written(tmp_path):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "architectures.md").read_text()
+    block = "#" + text.split("```yaml\n#", 1)[1].split("```", 1)[0]
+    path = tmp_path / "my-space.yaml"
+    path.write_text(block)
+    spec = load_space(str(path))
+    assert (spec.name, spec.slots, spec.candidates, spec.size) == ("my-space", 12, ["dc", "sa", "glu"], "tiny")
