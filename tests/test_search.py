@@ -277,6 +277,14 @@ def test_search_run_outputs(tiny, tmp_path, capsys):
         assert best["strategies"][name]["score"] == max(r["score"] for r in mine)
     assert best["score"] == max(r["score"] for r in lines)
     assert (out / "search_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # what the score rests on (issue 55.6): the supernet's steps, the validation tokens, the score's error, the top k
+    ev = best["evidence"]
+    distinct = sorted({r["arch"]: r["score"] for r in lines}.values(), reverse=True)[:10]
+    assert ev["supernet_steps"] == best["supernet"]["steps"] and ev["masked_tokens"] == best["validation"][
+        "masked_tokens"] and 0 < ev["score_se"] < 0.1
+    assert ev["top_k_range"] == [distinct[-1], distinct[0]] and ev["top_k"] == len(distinct)
+    assert ev["top_k_within_2se"] == sum(best["score"] - v <= 2 * ev["score_se"] for v in distinct) >= 1
+    assert "evidence" in stdout and ev["note"] in stdout  # the summary printed says it too
     # LV-BERT §4.5: the searched architecture scaled to another size
     code, info, _ = run_cli(["info", "--arch", str(out / "best_arch.json"), "--size", "small",
                              "--space", str(tiny["space_file"]), "--json"], capsys)

@@ -50,6 +50,8 @@ def run_cmd(args) -> dict:
     result = run_search(opts)
     return {"best_arch": f"{opts.out}/best_arch.json", "compact": result["compact"],
             "score": round(result["score"], 6), "strategy": result["strategy"],
+            "evidence": {k: result["evidence"][k] for k in ("supernet_steps", "masked_tokens", "score_se",
+                                                            "top_k_within_2se", "note")},
             "strategies": {k: {"score": round(v["score"], 6), "evaluations": v["evaluations"],
                                "seconds": v["seconds"]} for k, v in result["strategies"].items()}}
 

@@ -176,6 +176,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     best_name = max(summary, key=lambda n: (summary[n]["score"], -opts.strategies.index(n)))
     best = summary[best_name]
     result = _best_arch(best, best_name, opts, scorer, cost, summary, reranked)
+    result["evidence"] = evidence(history.records, result, scorer)
     if latency:
         result["constraints"].update(latency.summary(scorer.parse(result["compact"])))
     if opts.pareto:
@@ -231,6 +232,24 @@ def _run_one(name: str, opts: SearchOptions, scorer, cost, accept, history: Hist
     best = max(records, key=lambda r: (r["score"], -r["index"]))
     return {"arch": best["arch"], "score": best["score"], "evaluations": len(records),
             "computed": scorer.computed - state["computed"], "seconds": round(time.perf_counter() - state["start"], 2)}
+
+
+def evidence(records: list[dict], result: dict, scorer, k: int = 10) -> dict:
+    """What best_arch.json's score rests on: the supernet's training steps, the validation tokens, the score's own
+    standard error (clustered by validation sequence: one more pass of the best order) and how many of the best k
+    distinct orders score within 2 of those errors of it (more than one: the search cannot tell them apart)."""
+    best = {}
+    for r in records:
+        best[r["arch"]] = max(best.get(r["arch"], -1.0), r["score"])
+    top = sorted(best.values(), reverse=True)[:k]
+    se = scorer.metrics(result["compact"])["mlm_acc_se"]
+    within = sum(1 for v in top if result["score"] - v <= 2 * se)
+    return {"supernet_steps": scorer.describe().get("steps"), "masked_tokens": scorer.val_stats["masked_tokens"],
+            "score_se": se, "top_k": len(top), "top_k_range": [top[-1], top[0]] if top else None,
+            "top_k_within_2se": within,
+            "note": (f"{within} of the {len(top)} best distinct orders score within 2 standard errors of the pick: "
+                     "the search does not separate them" if within > 1 else
+                     f"the pick is more than 2 standard errors above the next of the {len(top)} best orders")}
 
 
 def _best_arch(best: dict, name: str, opts: SearchOptions, scorer, cost, summary: dict, reranked=None) -> dict:
