@@ -370,3 +370,20 @@ def test_scores_on_an_explicit_cpu_device_equal_auto(tiny, scorer):
     assert str(cpu.device) == "cpu" and cpu.stats()["device"] == "cpu"
     for arch in ("csfgcs", "ssssss", "gfcgfc"):
         assert cpu.score(arch) == pytest.approx(scorer.score(arch), abs=1e-6)
+
+
+def test_the_offspring_follow_the_population_unless_given(tiny, tmp_path, capsys):
+    """Issue 55.5: --population 10 --iterations 3 is 10 + 2 x (5 + 5) = 30 evaluations (LV-BERT's P/2 each), not
+    110; the default population keeps 25 + 25; given N_cro / N_mut stay; the budget is printed before the search."""
+    from nni_lvbert.search.algorithm import EvolutionConfig
+
+    assert (EvolutionConfig().crossover, EvolutionConfig().mutation, EvolutionConfig().budget) == (25, 25, 1000)
+    assert EvolutionConfig(population=10, iterations=3).budget == 30
+    assert EvolutionConfig(population=7, iterations=2).budget == 7 + 3 + 4
+    assert EvolutionConfig(population=10, iterations=3, crossover=25).budget == 10 + 2 * (25 + 5)
+    out = tmp_path / "s"
+    code, _, err = run_cli(["search", "run", "--supernet", str(tiny["run"]), "--search", "random", "--population",
+                            "4", "--iterations", "2", "--topk", "2", "--out", str(out), "--no-progress"], capsys)
+    assert code == 0, err
+    assert "search budget per strategy: P + (T-1)(N_cro + N_mut) = 4 + 1 x (2 + 2) = 8 evaluations" in err
+    assert len((out / "history.jsonl").read_text().splitlines()) == 8

@@ -43,10 +43,23 @@ class EvolutionConfig:
     population: int = opt(50, "P, random initial population")
     iterations: int = opt(20, "T, populations scored")
     topk: int = opt(10, "k")
-    crossover: int = opt(25, "N_cro per generation")
-    mutation: int = opt(25, "N_mut per generation")
+    crossover: int | None = opt(None, "N_cro per generation (default P/2, as LV-BERT's Algorithm 1: 25 at P = 50)")
+    mutation: int | None = opt(None, "N_mut per generation (default P - P/2: 25 at P = 50)")
     mutation_prob: float = opt(0.1, "per-slot mutation probability")
     max_rejections: int = 10_000  # consecutive constraint rejections before giving up
+
+    def __post_init__(self):
+        """N_cro and N_mut not given: derived from the population (P/2 each), so a smaller population gets a
+        proportionally smaller search instead of 50 offspring per generation."""
+        p = self.population if isinstance(self.population, (int, np.integer)) else 0
+        if self.crossover is None:
+            object.__setattr__(self, "crossover", p // 2)
+        if self.mutation is None:
+            object.__setattr__(self, "mutation", p - p // 2)
+
+    def budget_text(self) -> str:
+        return (f"P + (T-1)(N_cro + N_mut) = {self.population} + {self.iterations - 1} x ({self.crossover} + "
+                f"{self.mutation}) = {self.budget} evaluations")
 
     @property
     def budget(self) -> int:

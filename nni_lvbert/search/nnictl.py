@@ -121,7 +121,11 @@ def create(args) -> dict:
     overrides = {"maxTrialNumber": args.max_trials, "trialConcurrency": args.concurrency,
                  "trialGpuNumber": args.trial_gpus,
                  "population": args.population, "iterations": args.iterations, "topk": args.topk,
-                 "crossover": args.crossover, "mutation": args.mutation, "mutation_prob": args.mutation_prob,
+                 # N_cro / N_mut follow a given population (P/2 each) unless given too
+                 "crossover": args.crossover if args.crossover is not None or args.population is None
+                 else args.population // 2,
+                 "mutation": args.mutation if args.mutation is not None or args.population is None
+                 else args.population - args.population // 2, "mutation_prob": args.mutation_prob,
                  "seed": args.seed, "max_params": args.max_params, "max_flops": args.max_flops,
                  "max_latency_ms": args.max_latency_ms,
                  "latency_table": str(Path(args.latency_table).resolve()) if args.latency_table else None,

@@ -70,7 +70,7 @@ def _locked(method):
 
 class LVBertEvolutionTuner(Tuner):
     def __init__(self, population: int = _D.population, iterations: int = _D.iterations, topk: int = _D.topk,
-                 crossover: int = _D.crossover, mutation: int = _D.mutation, mutation_prob: float = _D.mutation_prob,
+                 crossover: int | None = None, mutation: int | None = None, mutation_prob: float = _D.mutation_prob,
                  seed: int = 0, optimize_mode: str = "maximize",
                  max_params: int | None = None, max_flops: int | None = None, supernet: str | None = None,
                  max_latency_ms: float | None = None, latency_table: str | None = None, latency_device: str = "cpu"):
