@@ -101,7 +101,7 @@ def host_syncs(step, device) -> int | None:
 def compiled_copy(model, backend: str = "inductor"):
     import copy
 
-    from nni_lvbert.trainer import compile_layers
+    from nni_lvbert.callbacks import compile_layers
 
     twin = copy.deepcopy(model)
     compile_layers(twin, backend)

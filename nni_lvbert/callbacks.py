@@ -15,11 +15,24 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelSummary, RichProgressBar, TQDMProgressBar
 
 from . import interrupt
+from .layers import LAYER_CLASSES
 
 
 def _val_metrics(trainer, pl_module) -> dict | None:
     rec = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
     return rec or None
+
+
+def compile_layers(module, backend: str = "inductor") -> int:
+    """torch.compile every layer block (DC/SA/FF/GLU) of `module` in place (`nn.Module.compile`: parameter names,
+    checkpoints and exports stay as they are). One compiled graph per block fuses its projections' epilogues,
+    dropout, residual and LayerNorm; a supernet's path sampling stays eager between the blocks, so a new path
+    needs no recompilation. Returns the number of blocks compiled."""
+    names = {cls.__name__ for cls in LAYER_CLASSES.values()}  # by name: a trust_remote_code copy has its own classes
+    blocks = [m for m in module.modules() if type(m).__name__ in names]
+    for m in blocks:
+        m.compile(backend=backend)
+    return len(blocks)
 
 
 class ValidationHistory(pl.Callback):
@@ -102,8 +115,6 @@ class Compile(pl.Callback):
         self.backend = backend
 
     def on_fit_start(self, trainer, pl_module):
-        from .trainer import compile_layers
-
         own = getattr(pl_module, "compile_for_training", None)
         what = own(self.backend) if own else f"{compile_layers(pl_module, self.backend)} layer blocks compiled"
         if trainer.is_global_zero:

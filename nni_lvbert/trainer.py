@@ -39,20 +39,6 @@ def check_compile_backend(backend: str) -> None:
         raise UserError(f"--compile {backend}: not a torch.compile backend; choose one of {', '.join(known)}")
 
 
-def compile_layers(module, backend: str = "inductor") -> int:
-    """torch.compile every layer block (DC/SA/FF/GLU) of `module` in place (`nn.Module.compile`: parameter names,
-    checkpoints and exports stay as they are). One compiled graph per block fuses its projections' epilogues,
-    dropout, residual and LayerNorm; a supernet's path sampling stays eager between the blocks, so a new path
-    needs no recompilation. Returns the number of blocks compiled."""
-    from .layers import LAYER_CLASSES
-
-    names = {cls.__name__ for cls in LAYER_CLASSES.values()}  # by name: a trust_remote_code copy has its own classes
-    blocks = [m for m in module.modules() if type(m).__name__ in names]
-    for m in blocks:
-        m.compile(backend=backend)
-    return len(blocks)
-
-
 def build_trainer(run_dir: Path, opts, callbacks=()):
     """NNI's traced Lightning Trainer with our conventions for a training's options (`TrainOptions`: hardware,
     schedule, display); returns (trainer, precision). Our callbacks come first, then `callbacks`, then the atomic
