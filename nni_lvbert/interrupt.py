@@ -30,7 +30,7 @@ class Interrupted(BaseException):
 def _handler(signum, frame):
     if _state["listening"] and not _state["requested"]:
         _state["requested"] = True
-        from .options import launcher_is_rank_zero
+        from .ranks import launcher_is_rank_zero
 
         if launcher_is_rank_zero():  # a terminal's Ctrl-C reaches every DDP rank: one says it
             print("\nstopping after this step (Ctrl-C again to stop at once)", file=sys.stderr, flush=True)

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from . import layout
 from .errors import UserError
-from .options import RANK0_ENV, FlatOptions, OutputOptions, derive, flat_group, launcher_is_rank_zero, opt
+from .options import FlatOptions, OutputOptions, derive, flat_group, opt
+from .ranks import RANK0_ENV, launcher_is_rank_zero
 from .rundir import CHECKPOINT, META
 from .search.options import LatencyOptions, RerankOptions, StrategyOptions
 from .train_options import DataOptions, HardwareOptions
