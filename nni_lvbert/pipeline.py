@@ -111,7 +111,7 @@ def run(opts: PipelineOptions) -> dict:
         elif RANK0_ENV in os.environ:  # started by rank 0's launcher: its published options
             train_supernet(supernet_options(opts, out, False))
         else:  # started from outside (another node, torchrun, SLURM): settle what rank 0 settles, from the disk
-            opts = out.begin(opts)  # --resume: OUT/options.json (`options.adopt`)
+            opts = out.begin(opts)  # --resume: OUT/options.json (`RunDir.adopt`)
             _check_pretrain(opts)  # rank 0's refusal here too, rather than waiting for it
             flags = RunDir(supernet_dir, "supernet").continuation() if opts.resume else {"resume": False}
             if flags is None:  # the supernet is trained: nothing to join
