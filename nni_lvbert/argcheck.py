@@ -14,19 +14,11 @@
 - `check_values`: --space, --size and --arch's spelling checked before a command imports torch, NNI or Lightning
   (seconds on a loaded CPU): a typo is one line at once. The commands' own checks still run, with the same messages.
 
-Why argparse, not tyro or jsonargparse (both on PyPI, looked at again for issue 52): both generate a command line
-from dataclasses, but not ours. tyro prefixes a nested group's flags (`--hardware.devices`, unless every group is
-marked to omit them), gives each bool both `--flag` and `--no-flag`, formats its own help (so docs/cli.md and every
-`--help` change), and reads no `--config` YAML with our flat keys. jsonargparse keeps the field names as flags
-(`--max_steps`), nests groups (`--hardware.devices`), spells `--print_config` and nests its config keys. Either
-changes the flags and `--config` keys users type; neither composes with the subcommand tree and the lazy imports
-`lvbert` keeps for its start-up time. argparse already has what we need: SUPPRESSed defaults say what was typed,
-`set_defaults` layers a file under the flags.
+Plain argparse, not tyro or jsonargparse: `cliargs`'s docstring says why.
 """
 from __future__ import annotations
 
 import argparse
-import sys
 
 from .cliargs import close_match, read_config
 

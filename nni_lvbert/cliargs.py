@@ -6,11 +6,16 @@ section of the options group that declares it (`DataOptions`, `HardwareOptions`,
 `--config FILE.yaml` (option values from a file; flags typed on the command line win) and `--print-config` (the
 options as such a file, then exit). `options_from_args` builds the dataclass back from the parsed flags.
 
-Why our own generator: transformers' `HfArgumentParser` gives every field two spellings (`--max_steps` and
-`--max-steps`) and booleans a value (`--sop [SOP]`, plus `--no_x`), and jsonargparse spells flags with
-underscores (`--max_steps`) and nests groups (`--hardware.devices`): either changes nearly every flag users type,
-and neither composes with the argparse subcommands and prefix matching the CLI keeps. This
-one reads the same kind of field metadata (help, aliases) as `HfArg` and stays plain argparse.
+Why our own generator on argparse, not tyro or jsonargparse (both on PyPI; looked at again for issue 52): both make
+a command line from dataclasses, but not ours. tyro prefixes a nested group's flags (`--hardware.devices`, unless
+each group is marked to omit them), gives every bool both `--flag` and `--no-flag`, draws its own help (so every
+`--help` and docs/cli.md change) and reads no `--config` YAML with our flat keys. jsonargparse keeps field names as
+flags (`--max_steps`), nests groups (`--hardware.devices`), spells `--print_config` and nests its config keys.
+transformers' `HfArgumentParser` gives every field two spellings and booleans a value (`--sop [SOP]`). Each changes
+flags or `--config` keys users type, and none composes with the subcommand tree and lazy imports `lvbert` keeps for
+its start-up time. argparse has what the rest needs: SUPPRESSed defaults say what was typed, `set_defaults` layers a
+--config file under the typed flags (`argcheck`). This generator reads the same kind of field metadata (help,
+aliases) as `HfArg`.
 
 One spelling per meaning: `--out` is every command's output directory, `--ddp-strategy` the Lightning strategy and
 `--search` the search strategies. The spellings renamed before the first release (0.1.0) are gone.

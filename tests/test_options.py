@@ -121,6 +121,22 @@ def test_config_file_sets_options_and_the_command_line_wins(tmp_path):
     assert {"size", "population", "iterations", "strategies", "seed"} <= set(opts.given)
 
 
+def test_what_was_typed_is_argparses_answer(tmp_path):
+    """`args.given` is what argparse read (a prefix, `--opt=value`, a value equal to the default), not what differs
+    from the defaults; a --config file's keys count too, and a typed flag wins over the file."""
+    from nni_lvbert.argcheck import parse_args, with_config
+    from nni_lvbert.cli import build_parser
+
+    argv = ["supernet", "train", "--max-st", "1500", "--out=x", "--no-progress", "--seed", "0"]
+    assert parse_args(build_parser(), argv).given == {"max_steps", "out", "progress", "seed"}
+    (tmp_path / "c.yaml").write_text("max_steps: 7\nlr: 0.01\n")
+    argv += ["--config", str(tmp_path / "c.yaml")]
+    parser = build_parser()
+    args = with_config(parser, parse_args(parser, argv), argv)
+    assert (args.max_steps, args.lr, args.seed) == (1500, 0.01, 0) and args.given == {
+        "max_steps", "out", "progress", "seed", "config", "lr"}
+
+
 @pytest.mark.parametrize("text, message", [
     ("max_step: 7\n", "unknown option 'max_step' (did you mean max_steps?)"),
     ("max_steps: seven\n", "max_steps must be an integer, got 'seven'"),
@@ -252,7 +268,8 @@ def test_a_misspelt_flag_is_one_did_you_mean_line_without_the_usage_block(capsys
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["supernet", "train", "--resume", "--overwrite"], "error: argument --overwrite: not allowed with argument --resume"),
+    (["supernet", "train", "--resume", "--overwrite"],
+     "error: argument --overwrite: not allowed with argument --resume"),
     (["supernet", "train", "--max-steps", "many"], "error: argument --max-steps: invalid int value: 'many'"),
     (["supernet", "train", "--sampling", "foo"], "error: argument --sampling: invalid choice: 'foo'"),
 ])
