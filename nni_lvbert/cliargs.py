@@ -315,7 +315,7 @@ def config_yaml(cls, args) -> str:
 
     opts = options_from_args(cls, args)
     if getattr(opts, "resume", False) and getattr(opts, "out", None):
-        from .rundir import RunDir  # (the CLI boundary: not before a command runs)
+        from .rundir import RunDir  # the CLI boundary: rundir (arch, config, yaml) only when it is needed
 
         run = RunDir(opts.out)
         if run.stored_options() is not None:
