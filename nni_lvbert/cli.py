@@ -12,10 +12,10 @@ import os
 import sys
 
 from . import interrupt
-from .argcheck import check_values, parse_args
+from .argcheck import Parser, check_values, command_words, parse_args, with_config
 from .errors import UserError
 from .nni_compat import ignore_nni_import_warnings
-from .options import given_dests, launcher_is_rank_zero
+from .ranks import launcher_is_rank_zero
 
 # (subcommand, module that registers it) in pipeline order.
 COMMANDS = [
@@ -72,7 +72,7 @@ def package_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="lvbert",
         description="LV-BERT layer-variety architecture search on Microsoft NNI. "
                     "Pipeline: data prepare -> supernet train -> search run -> best_arch.json (lvbert run does all).",
@@ -94,22 +94,14 @@ def continue_command(parser: argparse.ArgumentParser, argv: list[str], args) -> 
     out = getattr(args, "out", None)
     if not out or not hasattr(args, "resume") or not (Path(out) / "options.json").is_file():
         return shlex.join(["lvbert", *argv])
-    words, p = [], parser
-    for token in argv:  # the subcommand words: descend while the token names a subparser
-        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
-        if not subs or token not in subs[0].choices:
-            break
-        words.append(token)
-        p = subs[0].choices[token]
-    return shlex.join(["lvbert", *words, "--out", str(out), "--resume"])
+    return shlex.join(["lvbert", *command_words(parser, argv), "--out", str(out), "--resume"])
 
 
 def main(argv: list[str] | None = None) -> int:
     quiet_known_warnings()
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(parser, argv)  # an unknown flag: the command's usage and a did-you-mean
-    args.given = given_dests(parser, args, argv)  # what a resumed run checks against its stored options
+    args = parse_args(parser, argv)  # args.given: what was typed; a mistake: one line and a did-you-mean
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -117,9 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     interrupt.install()
     try:
         armed = arm_stack_dumps()
-        from .cliargs import apply_config
-
-        apply_config(args)  # --config values into args, for every command
+        args = with_config(parser, args, argv)  # --config values under the typed flags, for every command
         if getattr(args, "print_config", False):  # the options as a --config file, nothing run
             from .cliargs import config_yaml
 

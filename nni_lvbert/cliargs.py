@@ -6,11 +6,16 @@ section of the options group that declares it (`DataOptions`, `HardwareOptions`,
 `--config FILE.yaml` (option values from a file; flags typed on the command line win) and `--print-config` (the
 options as such a file, then exit). `options_from_args` builds the dataclass back from the parsed flags.
 
-Why our own generator: transformers' `HfArgumentParser` gives every field two spellings (`--max_steps` and
-`--max-steps`) and booleans a value (`--sop [SOP]`, plus `--no_x`), and jsonargparse spells flags with
-underscores (`--max_steps`) and nests groups (`--hardware.devices`): either changes nearly every flag users type,
-and neither composes with the argparse subcommands and prefix matching the CLI keeps. This
-one reads the same kind of field metadata (help, aliases) as `HfArg` and stays plain argparse.
+Why our own generator on argparse, not tyro or jsonargparse (both on PyPI; looked at again for issue 52): both make
+a command line from dataclasses, but not ours. tyro prefixes a nested group's flags (`--hardware.devices`, unless
+each group is marked to omit them), gives every bool both `--flag` and `--no-flag`, draws its own help (so every
+`--help` and docs/cli.md change) and reads no `--config` YAML with our flat keys. jsonargparse keeps field names as
+flags (`--max_steps`), nests groups (`--hardware.devices`), spells `--print_config` and nests its config keys.
+transformers' `HfArgumentParser` gives every field two spellings and booleans a value (`--sop [SOP]`). Each changes
+flags or `--config` keys users type, and none composes with the subcommand tree and lazy imports `lvbert` keeps for
+its start-up time. argparse has what the rest needs: SUPPRESSed defaults say what was typed, `set_defaults` layers a
+--config file under the typed flags (`argcheck`). This generator reads the same kind of field metadata (help,
+aliases) as `HfArg`.
 
 One spelling per meaning: `--out` is every command's output directory, `--ddp-strategy` the Lightning strategy and
 `--search` the search strategies. The spellings renamed before the first release (0.1.0) are gone.
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import types
 import typing
@@ -55,8 +61,6 @@ def print_result(result: dict, as_json: bool) -> None:
     width = max((len(k) for k in result), default=0)
     for key, value in result.items():
         print(f"{key:<{width}}  {_shown(value)}")
-
-
 
 
 # --- flags from the options dataclasses ----------------------------------------------------------------------
@@ -210,10 +214,8 @@ def _add(target, o: Option) -> None:
 # --- parsed flags -> options ----------------------------------------------------------------------------------
 def options_from_args(cls, args, **extra):
     """`cls` (an options dataclass) from parsed args: every option from its flag (or --config), nested option
-    groups rebuilt, plus `given` = the options set by the user, on the command line or in --config (what a resumed
-    run checks against its stored options)."""
-    apply_config(args, cls)
-    given = set(getattr(args, "given", ()))
+    groups rebuilt, plus `given` = the options set by the user, on the command line or in --config
+    (`argcheck.parse_args`; what a resumed run checks against its stored options)."""
     names = {f.name for f in dataclasses.fields(cls)}
     values = {name: value for name, value in vars(args).items() if name in names and name != "given"}
     nested = {}
@@ -224,30 +226,13 @@ def options_from_args(cls, args, **extra):
         values[parent] = type(field_default(cls.__dataclass_fields__[parent]))(**fields_)
     values.update(extra)
     if "given" in names:
-        flat = {o.name for o in options_of(cls)} | names
-        values["given"] = sorted(given & flat)
+        values["given"] = sorted(set(getattr(args, "given", ())) & ({o.name for o in options_of(cls)} | names))
     return cls(**values)
-
-
-def apply_config(args, cls=None) -> None:
-    """The values of `args.config` (a --config file) into `args` where no flag was typed, each then counted as given;
-    once (`lvbert` does it before a command runs, so commands that read `args` see them too)."""
-    cls = cls or getattr(args, "options_cls", None)
-    if not getattr(args, "config", None) or cls is None or getattr(args, "config_applied", False):
-        return
-    given = set(getattr(args, "given", ()))
-    for name, value in read_config(cls, args.config, getattr(args, "options_skip", ())).items():
-        if name not in given:
-            setattr(args, name, value)
-            given.add(name)
-    args.given, args.config_applied = given, True
 
 
 def close_match(word: str, choices) -> str | None:
     """The choice `word` most likely misspells (difflib's closest), None when none is close: what an unknown
     --config key or an unknown flag (`argcheck.parse_args`) suggests."""
-    import difflib
-
     close = difflib.get_close_matches(word, list(choices), n=1)
     return close[0] if close else None
 
@@ -330,13 +315,11 @@ def config_yaml(cls, args) -> str:
 
     opts = options_from_args(cls, args)
     if getattr(opts, "resume", False) and getattr(opts, "out", None):
-        from .options import resume_from
-        from .rundir import RunDir
+        from .rundir import RunDir  # the CLI boundary: rundir (arch, config, yaml) only when it is needed
 
         run = RunDir(opts.out)
-        stored = run.stored_options()
-        if stored is not None:
-            opts = resume_from(opts, stored, run.path)
+        if run.stored_options() is not None:
+            opts = run.resumed(opts)
     if hasattr(opts, "resolve"):  # the values a run would use, not None for "the preset's"
         opts = opts.resolve()
     out: dict = {}

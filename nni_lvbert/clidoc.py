@@ -12,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .argcheck import commands
+
 REFERENCE = Path("docs") / "cli.md"  # relative to the repository root
 HEADER = """# Command-line reference
 
@@ -19,18 +21,6 @@ Generated from the parsers by `python -m nni_lvbert.clidoc --write`; do not edit
 (`tests/test_cli_reference.py` fails when this page and the commands disagree). Every command that prints a result
 takes `--json` (one JSON object instead of one `field  value` line per field).
 """
-
-
-def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = (), help_: str = ""):
-    """(command words, parser, the help line its parent lists it with) of every leaf command, in the order
-    `lvbert --help` lists them."""
-    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
-    if sub is None:
-        yield path, parser, help_
-        return
-    helps = {c.dest: c.help or "" for c in sub._choices_actions}
-    for name, child in sub.choices.items():
-        yield from _commands(child, (*path, name), helps.get(name, ""))
 
 
 def _cell(text) -> str:
@@ -60,7 +50,7 @@ def reference() -> str:
     from .cli import build_parser
 
     sections = [HEADER.rstrip()]
-    for path, parser, help_ in _commands(build_parser()):
+    for path, parser, help_ in commands(build_parser()):
         lines = [f"## `lvbert {' '.join(path)}`", "", _cell(help_ or parser.description or "")]
         rows = [a for a in parser._actions if not isinstance(a, argparse._HelpAction) and a.help != argparse.SUPPRESS]
         if rows:

@@ -16,6 +16,8 @@ import signal
 import sys
 import threading
 
+from .ranks import launcher_is_rank_zero
+
 _state = {"listening": 0, "requested": False, "at": None}
 
 
@@ -30,8 +32,6 @@ class Interrupted(BaseException):
 def _handler(signum, frame):
     if _state["listening"] and not _state["requested"]:
         _state["requested"] = True
-        from .options import launcher_is_rank_zero
-
         if launcher_is_rank_zero():  # a terminal's Ctrl-C reaches every DDP rank: one says it
             print("\nstopping after this step (Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
         return

@@ -1,27 +1,18 @@
-"""Where a command's options come from: the command line, the run directory (--resume) and rank 0 (DDP).
+"""Options: dataclass fields that are also flags (`opt`), flat option groups, what the user gave, and the
+`MAY_CHANGE` table of options a resumed run may take anew.
 
-- **Given options.** `lvbert` records which options the user typed (`args.given`, see `given_dests`); an API
-  caller that builds an options dataclass by hand gives whatever differs from the field defaults.
-- **Resume.** A resumed run takes every option from the run directory; an option given again with another value
-  is one `error:` line naming both values, unless the option is one that may change between sessions
-  (`MAY_CHANGE`: devices, progress, ...; an options class adds its own in `MAY_CHANGE_ON_RESUME`, e.g. the
-  ranking study's `rankers`). `RunDir.begin` is where every command does this.
-- **DDP ranks.** Lightning's DDP launcher re-runs the command line for ranks > 0. Rank 0 publishes the options it
-  settled on in the environment its children inherit (`publish`), and every other rank adopts them (`adopt`)
-  instead of re-checking (or, worse, re-creating) the run directory rank 0 has just made.
+- **Given options.** `lvbert` records which options the user typed or set in --config (`args.given`, from
+  argparse itself: `argcheck.typed`); an API caller that builds an options dataclass by hand has no parser, so
+  what it gave is what differs from the field defaults (`given_fields`).
+- **Resume** (`resume.resume_from`, called from `RunDir.begin`) and the **DDP rank hand-over** (`ranks`) have
+  modules of their own.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .errors import UserError
-
-RANK0_ENV = "LVBERT_RANK0_OPTIONS"
 
 # Options that may differ between the sessions of one run: how it is computed and shown, not what it computes
 # (hardware, display, caches, where the output directory is). Any other option given again on --resume must equal
@@ -31,42 +22,6 @@ MAY_CHANGE = frozenset({
     "accelerator", "devices", "num_nodes", "ddp_strategy", "precision", "num_workers", "compile",  # Lightning
     "device", "threads", "cache_dir", "cache_mb", "prefix_cache", "record_paths",  # scoring and data caches
 })
-
-
-def launcher_is_rank_zero() -> bool:
-    """True in the process that started the run (Lightning/torchrun children, the processes of other nodes and
-    srun's other tasks have a non-zero rank env)."""
-    return all(int(os.environ.get(v, "0") or 0) == 0 for v in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
-
-
-# --- command line ---------------------------------------------------------------------------------------------
-def _leaf_parsers(parser: argparse.ArgumentParser, args) -> list[argparse.ArgumentParser]:
-    """The chain of parsers (root, subcommand, action...) that parsed `args`."""
-    chain = [parser]
-    while True:
-        sub = next((a for a in chain[-1]._actions if isinstance(a, argparse._SubParsersAction)), None)
-        name = getattr(args, sub.dest, None) if sub is not None else None
-        if name is None or name not in sub.choices:
-            return chain
-        chain.append(sub.choices[name])
-
-
-def given_dests(parser: argparse.ArgumentParser, args, argv: list[str]) -> set[str]:
-    """Destinations of the options typed on the command line (exact, `--opt=value`, or an unambiguous prefix)."""
-    given: set[str] = set()
-    tokens = [t.split("=", 1)[0] for t in argv if t.startswith("-") and t != "--"]
-    for p in _leaf_parsers(parser, args):
-        optionals = [a for a in p._actions if a.option_strings]
-        strings = [s for a in optionals for s in a.option_strings]
-        for tok in tokens:
-            exact = [a for a in optionals if tok in a.option_strings]
-            if exact:
-                given.add(exact[0].dest)
-                continue
-            prefixed = {a.dest for a in optionals for s in a.option_strings if s.startswith(tok) and s.startswith("--")}
-            if len(prefixed) == 1 and tok.startswith("--") and not any(s == tok for s in strings):
-                given |= prefixed
-    return given
 
 
 # --- options dataclasses ----------------------------------------------------------------------------------------
@@ -207,10 +162,15 @@ def to_dict(opts) -> dict:
     return d
 
 
-def given_fields(opts) -> set[str]:
-    """Options set by the user: `opts.given` when the CLI filled it, else those differing from the defaults."""
+def given_fields(opts, group: str | None = None) -> set[str]:
+    """Options set by the user (of nested option group `group`, by their own names): `opts.given` when the CLI
+    filled it, else those differing from the defaults (an API caller has no parser to ask)."""
     if getattr(opts, "given", None) is not None:
-        return set(opts.given)
+        names = set(opts.given)
+        return names if group is None else names & {f.name for f in dataclasses.fields(getattr(opts, group))}
+    if group is not None:
+        value = getattr(opts, group)
+        return {f.name for f in dataclasses.fields(value) if getattr(value, f.name) != getattr(type(value)(), f.name)}
     out = set()
     for f in dataclasses.fields(opts):
         value, default = getattr(opts, f.name), field_default(f)
@@ -223,7 +183,7 @@ def given_fields(opts) -> set[str]:
     return out
 
 
-def _from_dict(opts, stored: dict):
+def from_dict(opts, stored: dict):
     """A copy of `opts` with the stored values (nested option dataclasses rebuilt from their dicts, flat groups from
     their options' own keys)."""
     values = {}
@@ -240,64 +200,6 @@ def _from_dict(opts, stored: dict):
             v = dataclasses.replace(current, **v)
         values[f.name] = v
     return dataclasses.replace(opts, **values)
-
-
-def _value(opts, name: str) -> Any:
-    resolved = getattr(opts, "resolved", None)
-    if resolved is not None and name in getattr(opts, "PRESETS", {}).get("paper", {}):
-        return resolved(name)
-    return get_option(opts, name)
-
-
-def resume_from(opts, stored: dict | None, where, *, always_current=("resume", "overwrite")):
-    """`opts` for resuming the run in `where`: the stored options, with given options checked against them.
-
-    A given option that contradicts the stored value is one `error:` line naming both values; options in
-    `MAY_CHANGE` (or the class's `MAY_CHANGE_ON_RESUME`) take the given value; `always_current` (resume/overwrite)
-    always come from `opts`."""
-    if stored is None:
-        raise UserError(f"cannot resume {where}: it holds no stored options (made by an older nni-lvbert?); "
-                        "start it again with --overwrite")
-    given = given_fields(opts)
-    saved = _from_dict(opts, stored)
-    nested = {f.name for f in dataclasses.fields(opts) if dataclasses.is_dataclass(getattr(opts, f.name))
-              and not f.metadata.get(FLAT)}
-    for name in nested:  # e.g. search's EvolutionConfig: checked field by field, always the stored values
-        mine, theirs = getattr(opts, name), getattr(saved, name)
-        for field in sorted(given_fields_of_nested(opts, name)):
-            a, b = getattr(mine, field), getattr(theirs, field)
-            if a != b:
-                raise UserError(f"{flag(field, mine)} {_show(a)} contradicts {where} ({field} {_show(b)}); "
-                                "drop the option to resume, or start again with --overwrite")
-    updates, may_change = {}, MAY_CHANGE | getattr(type(opts), "MAY_CHANGE_ON_RESUME", frozenset())
-    for name in sorted(given - set(always_current) - nested):  # a flat group's options by their own names
-        if not has_option(saved, name):
-            continue
-        mine = get_option(opts, name)
-        merged = replace_options(saved, **{name: mine})
-        if name in may_change or _value(merged, name) == _value(saved, name):
-            updates[name] = mine
-            continue
-        raise UserError(f"{flag(name, opts)} {_show(mine)} contradicts {where} "
-                        f"({name} {_show(_value(saved, name))}); drop the option to resume, or start again with "
-                        "--overwrite")
-    updates.update({k: getattr(opts, k) for k in always_current if hasattr(opts, k)})
-    if hasattr(opts, "given"):
-        updates["given"] = opts.given
-    return replace_options(saved, **updates)
-
-
-def given_fields_of_nested(opts, name: str) -> set[str]:
-    """Given fields of a nested option dataclass: the CLI lists them in `opts.given` by their own names."""
-    nested = getattr(opts, name)
-    if getattr(opts, "given", None) is not None:
-        return {f.name for f in dataclasses.fields(nested)} & set(opts.given)
-    default = type(nested)()
-    return {f.name for f in dataclasses.fields(nested) if getattr(nested, f.name) != getattr(default, f.name)}
-
-
-def _show(v) -> str:
-    return " ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
 
 
 def derive(cls, parent, groups: tuple[type, ...], **values):
@@ -334,30 +236,3 @@ class OutputOptions:
                               "kept)", exclusive="resume")
     overwrite: bool = opt(False, "replace a non-empty output directory", exclusive="resume")
     progress: bool = opt(True, "no progress bars")
-
-
-# --- DDP ranks --------------------------------------------------------------------------------------------------
-def publish(kind: str, opts) -> None:
-    """Rank 0: hand the settled options to the ranks Lightning's launcher starts (they inherit the environment)."""
-    published = json.loads(os.environ.get(RANK0_ENV, "{}"))
-    published[kind] = to_dict(opts)
-    os.environ[RANK0_ENV] = json.dumps(published)
-
-
-def adopt(kind: str, opts):
-    """Rank > 0: rank 0's options for this stage. A rank started from outside (torchrun, SLURM, another node) has
-    none published: it runs its own command line, rank 0's; with --resume, the options rank 0 resumes with, read
-    as rank 0 reads them (`resume_from`) from the run directory, which every node must then see (a shared disk)."""
-    stored = json.loads(os.environ.get(RANK0_ENV, "{}")).get(kind)
-    if stored:
-        return _from_dict(opts, stored)
-    if getattr(opts, "resume", False) and getattr(opts, "out", None):
-        from .rundir import RunDir
-
-        run = RunDir(opts.out, kind)
-        options = run.stored_options() if run.path.is_dir() else None
-        if options is None:
-            raise UserError(f"cannot resume {run.path} on this node (rank > 0): it holds no stored options here; "
-                            "--resume on several nodes needs the run directory on a disk every node shares")
-        return resume_from(opts, options, run.path)
-    return opts

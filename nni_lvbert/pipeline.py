@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from . import layout
 from .errors import UserError
-from .options import RANK0_ENV, FlatOptions, OutputOptions, derive, flat_group, launcher_is_rank_zero, opt
+from .options import FlatOptions, OutputOptions, derive, flat_group, opt
+from .ranks import RANK0_ENV, launcher_is_rank_zero
 from .rundir import CHECKPOINT, META
 from .search.options import LatencyOptions, RerankOptions, StrategyOptions
 from .train_options import DataOptions, HardwareOptions
@@ -110,7 +111,7 @@ def run(opts: PipelineOptions) -> dict:
         elif RANK0_ENV in os.environ:  # started by rank 0's launcher: its published options
             train_supernet(supernet_options(opts, out, False))
         else:  # started from outside (another node, torchrun, SLURM): settle what rank 0 settles, from the disk
-            opts = out.begin(opts)  # --resume: OUT/options.json (`options.adopt`)
+            opts = out.begin(opts)  # --resume: OUT/options.json (`RunDir.adopt`)
             _check_pretrain(opts)  # rank 0's refusal here too, rather than waiting for it
             flags = RunDir(supernet_dir, "supernet").continuation() if opts.resume else {"resume": False}
             if flags is None:  # the supernet is trained: nothing to join

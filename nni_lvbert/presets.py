@@ -1,5 +1,6 @@
-"""Every training command's presets in one table (the defaults of the options left unset): per stage, a `paper`
-row (LV-BERT Table 5, ELECTRA's configure_pretraining.py) and a `tiny` row sized for minutes on 2 CPU cores.
+"""Every training preset in one table (the defaults of the options left unset): per training command, a `paper`
+row (LV-BERT Table 5, ELECTRA's configure_pretraining.py) and a `tiny` row sized for minutes on 2 CPU cores; the
+studies' stand-alone budgets (`study`: `tiny`, and the CI-sized `quick`) are rows of the same table.
 
 A run writes the values it used into its options.json, so `--resume` keeps them even when a later version changes
 this table.
@@ -23,7 +24,7 @@ TABLE = {
     },
     # LV-BERT Table 5 / ELECTRA (small/medium lr 5e-4, base 2e-4 and batch 256; 1M steps, 10k warm-up, dropout
     # 0.1); ELECTRA's generator is 1/4 of the discriminator's hidden size for small, 1/3 for medium and base.
-    # `paper` serves any size without its own row (options.resume_from reads this key).
+    # `paper` serves any size without its own row (resume.resume_from reads this key).
     "pretrain": {
         "paper":        (5e-4,  10_000, 1_000_000,   128,  0.1,   10_000,   100,  5_000,  0.25),
         "small":        (5e-4,  10_000, 1_000_000,   128,  0.1,   10_000,   100,  5_000,  0.25),
@@ -34,6 +35,12 @@ TABLE = {
         # "original" (AUC 0.52 after 1,000 steps), even against a fixed unigram sampler in place of the generator;
         # at 5e-4 its AUC rises steadily (docs/results.md, "Pre-training at tiny")
         "tiny-electra": (5e-4,     100,     1_000,    32,  0.0,      100,    20,    100,  0.25),
+    },
+    # the studies' stand-alone budget (study/common.py): every compared model gets the same; "tiny" is the CPU
+    # regime of docs/results.md (which says how it was chosen), "quick" checks that everything runs, not what wins
+    "study": {
+        "tiny":         (2e-3,     100,     1_500,    32,  0.0),
+        "quick":        (2e-3,       3,        30,     8,  0.0),
     },
 }
 

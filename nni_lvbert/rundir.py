@@ -22,6 +22,9 @@ from pathlib import Path
 
 from .atomic import atomic_path, write_json, write_text
 from .errors import UserError
+from .options import MAY_CHANGE, from_dict, to_dict
+from .ranks import launcher_is_rank_zero, publish, published
+from .resume import differing, resume_from
 from .safeio import read_json
 
 OPTIONS = "options.json"
@@ -75,8 +78,6 @@ class RunDir:
     @property
     def is_rank_zero(self) -> bool:
         """Only the launching process (DDP rank 0) writes the directory."""
-        from .options import launcher_is_rank_zero
-
         return launcher_is_rank_zero()
 
     def has(self, name: str) -> bool:
@@ -103,46 +104,58 @@ class RunDir:
     def begin(self, opts, *, marker: str = OPTIONS, stored: dict | None = None):
         """The options a run goes on with; call first, before anything is built from them.
 
-        On a DDP rank > 0 (Lightning's launcher re-runs the command): rank 0's options (`options.adopt`). On rank 0:
-        the directory checked against --resume/--overwrite (`check_output_dir`; a resumable run has `marker`) and,
-        with --resume, the options stored in it (`stored`, else options.json) with the given ones checked against
-        them (`options.resume_from`)."""
-        from .options import adopt, launcher_is_rank_zero, resume_from
-
+        On a DDP rank > 0 (Lightning's launcher re-runs the command): rank 0's options (`adopt`). On rank 0: the
+        directory checked against --resume/--overwrite (`check_output_dir`; a resumable run has `marker`) and, with
+        --resume, the options stored in it (`stored`, else options.json) with the given ones checked against them
+        (`resume.resume_from`)."""
         if not launcher_is_rank_zero():
-            return adopt(self.kind, opts)
+            return self.adopt(opts)
         check_output_dir(self.path, opts.resume, opts.overwrite, marker, self.what)
         if not opts.resume:
             return opts
         if not self.has(marker):  # stopped before its first checkpoint: from the start, as it was begun
             print(f"note: {self.path} has no {marker} yet: starting it again from the beginning with its stored "
                   "options", file=sys.stderr)
+        return self.resumed(opts, stored)
+
+    def resumed(self, opts, stored: dict | None = None):
+        """`opts` resumed from this directory's stored options (`stored`, else options.json): `resume_from`."""
         return resume_from(opts, stored if stored is not None else self.stored_options(), self.path)
+
+    def adopt(self, opts):
+        """Rank > 0: rank 0's options (`ranks.published`). A rank started from outside (torchrun, SLURM, another
+        node) has none published: it runs its own command line, rank 0's; with --resume, the options rank 0 resumes
+        with, read as rank 0 reads them, from the run directory, which every node must then see (a shared disk)."""
+        options = published(self.kind)
+        if options:
+            return from_dict(opts, options)
+        if not (getattr(opts, "resume", False) and getattr(opts, "out", None)):
+            return opts
+        if not self.path.is_dir() or self.stored_options() is None:
+            raise UserError(f"cannot resume {self.path} on this node (rank > 0): it holds no stored options here; "
+                            "--resume on several nodes needs the run directory on a disk every node shares")
+        return self.resumed(opts)
 
     def open(self, opts, stored: dict | None = None, *, marker: str = OPTIONS) -> RunDir:
         """Once every input is checked, on rank 0: the directory emptied on --overwrite and created, the options
         stored (`stored`, else `opts`) as options.json, and published to the ranks Lightning's DDP launcher starts
-        (`options.publish`). Other ranks only get the RunDir."""
-        from .options import publish, to_dict
-
+        (`ranks.publish`). Other ranks only get the RunDir."""
         if self.is_rank_zero:
             options = stored if stored is not None else to_dict(opts)
             if opts.overwrite:
                 self.note_replaced(options)
             self.prepare(resume=opts.resume, overwrite=opts.overwrite, resume_marker=marker)
             self.save_options(options)
-            publish(self.kind, opts)
+            publish(self.kind, to_dict(opts))
         return self
 
     def note_replaced(self, options: dict) -> None:
         """--overwrite replaces a run: one line naming the options whose values differ from the replaced run's (a
         value the replaced run was given is not carried over: the new run takes its own flags and defaults)."""
-        from .options import MAY_CHANGE
-
         old = self.stored_options() if self.has(OPTIONS) else None
         if not old:
             return
-        differ = [k for k in options if k not in MAY_CHANGE and k in old and old[k] != options[k]]
+        differ = [k for k in differing(old, options, MAY_CHANGE) if k in old]
         if differ:
             shown = ", ".join(f"{k} {old[k]!r} -> {options[k]!r}" for k in differ[:6])
             more = f" and {len(differ) - 6} more" if len(differ) > 6 else ""

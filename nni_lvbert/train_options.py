@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from .data.split import DEFAULT_VAL_FRACTION as VAL_FRACTION  # default held-out share of documents
 from .errors import UserError
-from .options import MAY_CHANGE, FlatOptions, OutputOptions, flat_group, opt
+from .options import MAY_CHANGE, FlatOptions, OutputOptions, flag, flat_group, opt
 
 DATA_SEED = 0  # default seed of the fixed validation masking: every run over one corpus scores the same tokens
 
@@ -119,7 +119,7 @@ def parse_devices(devices: str | int, batch_size: int) -> tuple[int | str, int]:
 def check_positive(**values) -> None:
     for name, v in values.items():
         if v < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {v}")
+            raise UserError(f"{flag(name)} must be at least 1, got {v}")
 
 
 SCHEDULE = ("max_steps", "batch_size", "val_every", "val_batches", "ckpt_every")  # resolved numbers that must be >= 1

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from nni_lvbert import clidoc
+from nni_lvbert.argcheck import commands as walk
 from nni_lvbert.cli import build_parser
 
 REPO = Path(__file__).resolve().parent.parent
@@ -18,7 +19,7 @@ def test_the_committed_reference_is_the_generated_one():
 
 def test_every_command_is_in_the_reference_and_every_option_explained():
     text = clidoc.reference()
-    commands = list(clidoc._commands(build_parser()))
+    commands = list(walk(build_parser()))
     assert len(commands) >= 19
     for path, parser, _ in commands:
         assert f"## `lvbert {' '.join(path)}`" in text

@@ -193,7 +193,7 @@ def test_node_1_refuses_what_node_0_refuses(tmp_path, cache_dir, capsys, monkeyp
     node 0's one line, and --resume of a run directory this node does not see says it needs a shared disk (rather
     than training from scratch with the command line's defaults)."""
     from nni_lvbert.cli import main
-    from nni_lvbert.options import RANK0_ENV, launcher_is_rank_zero
+    from nni_lvbert.ranks import RANK0_ENV, launcher_is_rank_zero
     from tests.conftest import one_error
     from tests.test_pipeline import run_args
 

@@ -106,19 +106,35 @@ def test_every_command_takes_its_flags_from_its_options_class(command):
 
 
 def test_config_file_sets_options_and_the_command_line_wins(tmp_path):
+    from nni_lvbert.argcheck import parse_args, with_config
     from nni_lvbert.cliargs import options_from_args
     from nni_lvbert.pipeline import PipelineOptions
 
     cfg = tmp_path / "run.yaml"
     cfg.write_text("size: tiny\nseed: 3\nevolution:\n  population: 8\niterations: 2\nstrategies: [random]\n")
-    p = _parser(PipelineOptions)
-    args = p.parse_args(["--config", str(cfg), "--seed", "5"])
-    args.given = {"seed", "config"}
+    p, argv = _parser(PipelineOptions), ["--config", str(cfg), "--seed", "5"]
+    args = with_config(p, parse_args(p, argv), argv)  # as `lvbert` reads it: the file under the typed flags
     opts = options_from_args(PipelineOptions, args)
     assert (opts.seed, opts.evolution.population, opts.evolution.iterations, opts.strategies) == (
         5, 8, 2, ["random"])
     # what the file set counts as given: a resumed run checks it against its stored options
     assert {"size", "population", "iterations", "strategies", "seed"} <= set(opts.given)
+
+
+def test_what_was_typed_is_argparses_answer(tmp_path):
+    """`args.given` is what argparse read (a prefix, `--opt=value`, a value equal to the default), not what differs
+    from the defaults; a --config file's keys count too, and a typed flag wins over the file."""
+    from nni_lvbert.argcheck import parse_args, with_config
+    from nni_lvbert.cli import build_parser
+
+    argv = ["supernet", "train", "--max-st", "1500", "--out=x", "--no-progress", "--seed", "0"]
+    assert parse_args(build_parser(), argv).given == {"max_steps", "out", "progress", "seed"}
+    (tmp_path / "c.yaml").write_text("max_steps: 7\nlr: 0.01\n")
+    argv += ["--config", str(tmp_path / "c.yaml")]
+    parser = build_parser()
+    args = with_config(parser, parse_args(parser, argv), argv)
+    assert (args.max_steps, args.lr, args.seed) == (1500, 0.01, 0) and args.given == {
+        "max_steps", "out", "progress", "seed", "config", "lr"}
 
 
 @pytest.mark.parametrize("text, message", [
@@ -228,26 +244,46 @@ def test_help_shows_the_checkpoint_interval_of_each_preset(capsys):
            "is kept) (preset: paper 5000, tiny 100)" in help_
 
 
-def test_a_misspelt_flag_is_the_commands_usage_and_one_did_you_mean_line(capsys):
-    """As an unknown --config key: the subcommand's usage (not the top level's) and one `error:` line naming the
-    flag it most likely misspells (issue 41, item 4)."""
+def test_a_misspelt_flag_is_one_did_you_mean_line_without_the_usage_block(capsys):
+    """As an unknown --config key: one `error:` line naming the flag it most likely misspells (issue 41, item 4),
+    and no usage block (issue 55, item 3): a hint line naming the subcommand's --help only when nothing is close."""
     from nni_lvbert.cli import main
     from tests.conftest import one_error_line
 
-    for argv, usage, message in [
-        (["supernet", "train", "--max-setps", "100"], "usage: lvbert supernet train ",
+    for argv, hint, message in [
+        (["supernet", "train", "--max-setps", "100"], None,
          "error: unrecognized option --max-setps (did you mean --max-steps?)"),
-        (["search", "score", "--supernt=runs/x", "--arch", "bert"], "usage: lvbert search score ",
+        (["search", "score", "--supernt=runs/x", "--arch", "bert"], None,
          "error: unrecognized option --supernt (did you mean --supernet?)"),
-        (["pretrain", "--sizee", "tiny", "--zzz"], "usage: lvbert pretrain ",
+        (["pretrain", "--sizee", "tiny", "--zzz"], "see lvbert pretrain --help",
          "error: unrecognized options --sizee (did you mean --size?), --zzz"),  # "--zzz": nothing close
-        (["info", "ccsf"], "usage: lvbert info ", "error: unrecognized arguments: ccsf"),  # a stray value
+        (["info", "ccsf"], "see lvbert info --help", "error: unrecognized arguments: ccsf"),  # a stray value
     ]:
         with pytest.raises(SystemExit) as exc:
             main(argv)
         err = capsys.readouterr().err
-        assert exc.value.code == 2 and err.startswith(usage) and "usage: lvbert [-h]" not in err, err
+        assert exc.value.code == 2 and "usage:" not in err, err
+        assert err.splitlines() == [message] + ([hint] if hint else []), err
         assert one_error_line(err, alone=False) == message
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["supernet", "train", "--resume", "--overwrite"],
+     "error: argument --overwrite: not allowed with argument --resume"),
+    (["supernet", "train", "--max-steps", "many"], "error: argument --max-steps: invalid int value: 'many'"),
+    (["supernet", "train", "--sampling", "foo"], "error: argument --sampling: invalid choice: 'foo'"),
+])
+def test_argparses_own_errors_are_one_line_and_a_help_hint(capsys, argv, message):
+    """argparse's own errors (exclusive flags, a bad value) as an unknown flag: one `error:` line and one hint line,
+    not the usage block (issue 55, item 3)."""
+    from nni_lvbert.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "usage:" not in err, err
+    lines = err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(message) and lines[1] == f"see lvbert {' '.join(argv[:2])} --help"
 
 
 def test_input_errors_come_before_torch_nni_and_lightning_are_imported(tmp_path):

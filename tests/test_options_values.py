@@ -2,24 +2,18 @@
 (`dataclasses.replace`); the pipeline derives its stages' options from its own."""
 from __future__ import annotations
 
-import argparse
 import dataclasses
 
 import pytest
 
+
 def _options_classes() -> dict[str, type]:
     """Every command's options class, by its words (`supernet train`), walking the parser: new commands too."""
+    from nni_lvbert.argcheck import commands
     from nni_lvbert.cli import build_parser
 
-    found, todo = {}, [((), build_parser())]
-    while todo:
-        words, parser = todo.pop()
-        if parser.get_default("options_cls") is not None:
-            found[" ".join(words)] = parser.get_default("options_cls")
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                todo += [((*words, name), sub) for name, sub in action.choices.items()]
-    return found
+    return {" ".join(words): parser.get_default("options_cls") for words, parser, _ in commands(build_parser())
+            if parser.get_default("options_cls") is not None}
 
 
 def test_every_commands_options_are_frozen():

@@ -25,7 +25,8 @@ from typing import ClassVar
 
 from .. import layout
 from ..errors import UserError
-from ..options import FlatOptions, OutputOptions, flat_group, launcher_is_rank_zero, opt, to_dict
+from ..options import FlatOptions, OutputOptions, flat_group, opt, to_dict
+from ..ranks import launcher_is_rank_zero
 from ..atomic import write_json
 from ..rundir import RunDir
 from ..train_options import HardwareOptions, TrainOptions, parse_devices

@@ -287,18 +287,6 @@ def remeasure(table: dict, size: str, path) -> str:
             f"--seq {table['seq']}{threads} --out {path}")
 
 
-def add_latency_args(group, pareto: bool = True) -> None:
-    """--max-latency-ms / --latency-table (/ --pareto) of `lvbert search run`, `lvbert run` and the nnictl search."""
-    group.add_argument("--max-latency-ms", type=float, default=None, metavar="X",
-                       help="max predicted latency (ms) from --latency-table: embedding + the sum of the layers")
-    group.add_argument("--latency-table", default=None, metavar="T.json",
-                       help="`lvbert search latency-table` output for the supernet's size and the search's device")
-    if pareto:
-        group.add_argument("--pareto", action="store_true",
-                           help="with --latency-table: write pareto.json/pareto.png, the front of inherited score "
-                                "vs predicted latency over the evaluated candidates")
-
-
 class LatencySearch:
     """The latency side of a search: the predictor, the budget (rejected candidates are counted) and the front."""
 

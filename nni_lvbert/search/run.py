@@ -23,7 +23,8 @@ from pathlib import Path
 from .. import interrupt, layout
 from ..arch import Arch
 from ..errors import UserError
-from ..options import OutputOptions, opt
+from ..options import OutputOptions, flag, opt
+from ..resume import differing
 from ..rundir import OPTIONS, RunDir
 from .algorithm import EvolutionConfig
 from .defaults import STRATEGIES
@@ -95,7 +96,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     for name in ("max_params", "max_flops"):
         v = getattr(opts, name)
         if v is not None and v < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be positive, got {v}")
+            raise UserError(f"{flag(name, opts)} must be positive, got {v}")
     out = run.path
     supernet = Path(opts.supernet)
     if not supernet.is_dir():
@@ -124,8 +125,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
 
     # everything checked: only now touch the output directory
     if opts.resume:
-        previous = RunDir(out, "search").read_json(SETTINGS)
-        diff = [k for k in settings if previous.get("settings", {}).get(k) != settings[k]]
+        diff = differing(run.read_json(SETTINGS).get("settings", {}), settings)  # compared as options are
         if diff:
             raise UserError(f"cannot resume {out}: the search settings differ ({', '.join(diff)}); "
                             "use the same options or --overwrite")

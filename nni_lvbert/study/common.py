@@ -20,17 +20,15 @@ from typing import ClassVar
 from .. import layout
 from ..errors import UserError
 from ..options import OutputOptions, opt, to_dict
+from ..presets import presets
 from ..rundir import RunDir
 
 ALL_TOKENS = 10**9  # --val-tokens default: the whole validation split
 QUICK_VAL_TOKENS = 4096  # ... and with --quick (scoring on a whole split is minutes per model on a real corpus)
 
-# Stand-alone budgets. "tiny" is the CPU regime of the studies in docs/results.md (which says how it was chosen);
-# "quick" is CI-sized: it checks that everything runs, not what wins.
-BUDGETS = {
-    "quick": dict(steps=30, lr=2e-3, warmup_steps=3, batch_size=8, dropout=0.0),
-    "tiny": dict(steps=1500, lr=2e-3, warmup_steps=100, batch_size=32, dropout=0.0),
-}
+# Stand-alone budgets: the "study" rows of the one preset table (presets.py; "tiny" and the CI-sized "quick"), by
+# Budget's names (steps is --max-steps).
+BUDGETS = {name: {"steps": row.pop("max_steps"), **row} for name, row in presets("study").items()}
 
 
 @dataclass(frozen=True)
@@ -74,7 +72,7 @@ class StudyOptions(OutputOptions):
     """Options every study has; each study adds its own fields."""
 
     TRAINS_MODELS = True  # False: the study trains no stand-alone model (its options.json stores no budget)
-    # options a resumed study may change (options.resume_from), stored for the next --resume
+    # options a resumed study may change (resume.resume_from), stored for the next --resume
     MAY_CHANGE_ON_RESUME: ClassVar[frozenset[str]] = frozenset()
     GROUP: ClassVar[str] = "stand-alone budget (the same for every model)"
 
