@@ -383,7 +383,8 @@ def test_the_offspring_follow_the_population_unless_given(tiny, tmp_path, capsys
     assert EvolutionConfig(population=10, iterations=3, crossover=25).budget == 10 + 2 * (25 + 5)
     out = tmp_path / "s"
     code, _, err = run_cli(["search", "run", "--supernet", str(tiny["run"]), "--search", "random", "--population",
-                            "4", "--iterations", "2", "--topk", "2", "--out", str(out), "--no-progress"], capsys)
+                            "4", "--iterations", "2", "--topk", "2", "--out", str(out)], capsys)
     assert code == 0, err
     assert "search budget per strategy: P + (T-1)(N_cro + N_mut) = 4 + 1 x (2 + 2) = 8 evaluations" in err
     assert len((out / "history.jsonl").read_text().splitlines()) == 8
+    assert json.loads((out / "best_arch.json").read_text())["budget"] == 8

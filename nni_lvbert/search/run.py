@@ -137,7 +137,8 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     history = History(out / HISTORY)
     scorer.remember(history.records)  # known scores are never recomputed
     budget = opts.evolution.budget
-    log(f"search budget per strategy: {opts.evolution.budget_text()}")
+    if opts.progress:  # a human watching: the budget before the bars (an error later stays the only line otherwise)
+        log(f"search budget per strategy: {opts.evolution.budget_text()}")
     summary: dict[str, dict] = {}
     from tqdm.auto import tqdm
 
