@@ -513,3 +513,28 @@ def test_glue_command_runs_every_task_found(model_dir, tmp_path, capsys):
     assert "glue_score" in stdout  # all eight tasks: the summary has it
     assert set(res["tasks"]["mnli"]["median"]) == {"dev_matched/acc", "dev_mismatched/acc"}
     assert set(res["tasks"]["sts-b"]["median"]) == {"dev/spearman", "dev/pearson"}
+
+
+def test_a_two_class_task_of_your_own_names_its_positive_label(tmp_path):
+    """Issue 55.4: F1 counts label index 1 as positive; by default the second label in sorted order, else the
+    --positive-label given (moved to index 1), and the task's score says which."""
+    import numpy as np
+
+    from nni_lvbert.finetune import metrics as M
+
+    d = tmp_path / "csv"
+    d.mkdir()
+    (d / "train.csv").write_text("text,y\na,spam\nb,ham\nc,spam\n")
+    (d / "dev.csv").write_text("text,y\nd,spam\ne,ham\n")
+    default = load_task("mine", d, text_column="text", label_column="y")
+    assert default.label_names == ["ham", "spam"] and "positive class: label 'spam'" in default.score_text()
+    chosen = load_task("mine", d, text_column="text", label_column="y", positive_label="ham")
+    assert chosen.label_names == ["spam", "ham"] and chosen.positive_label == "ham"
+    assert chosen.score_text() == "mean of accuracy and F1 (F1's positive class: label 'ham')"
+    # F1 of "ham" as positive: predictions of the dev labels [spam, ham] as indices into label_names
+    preds, labels = [1, 1], [chosen.label_names.index(y) for y in ("spam", "ham")]
+    assert M.compute(("f1",), np.array(preds), np.array(labels))["f1"] == pytest.approx(100 * 2 / 3)
+    with pytest.raises(UserError, match="'eggs' is not a label of"):
+        load_task("mine", d, text_column="text", label_column="y", positive_label="eggs")
+    with pytest.raises(UserError, match="applies to a task of your own files"):
+        load_task("sotu-era", positive_label="x")

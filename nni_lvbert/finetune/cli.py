@@ -23,7 +23,9 @@ def _print(summary: dict) -> dict:
     if not summary:  # a DDP rank > 0: rank 0 reports
         return {}
     glue = {"glue_score": summary["glue_score"]} if summary["glue_score"] is not None else {}
-    return {**glue, **{t: round(r["score_median"], 2) for t, r in summary["tasks"].items()}}
+    scores = {t: round(r["score_median"], 2) for t, r in summary["tasks"].items()}
+    named = {f"{t} score": r["score"] for t, r in summary["tasks"].items() if "f1" in r["metrics"]}  # what it means
+    return {**glue, **scores, **named}
 
 
 def run_finetune(args) -> dict:

@@ -24,6 +24,9 @@ def markdown(results: dict, glue: float | None, seeds: list[int]) -> str:
         metrics = ", ".join(f"{_label(k)} {v:.2f}" for k, v in r["median"].items())
         seeds_txt = ", ".join(f"{v:.2f}" for v in r["score_per_seed"].values())
         lines.append(f"| {task} | {metrics} | **{r['score_median']:.2f}** | [{seeds_txt}] |")
+    named = [f"- {task}: score = {r['score']}" for task, r in results.items() if r.get("score")]
+    if named:
+        lines += ["", *named]
     if glue is not None:
         lines += ["", f"GLUE score (mean of the 8 tasks without WNLI): **{glue:.2f}**"]
     return "\n".join(lines) + "\n"

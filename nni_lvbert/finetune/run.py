@@ -66,6 +66,9 @@ class FinetuneOptions(FlatOptions, OutputOptions):
     label_column: str | None = opt(None, "the label column", group=YOUR_FILES)
     task_type: str = opt("classification", "what the labels are", choices=["classification", "regression"],
                          group=YOUR_FILES)
+    positive_label: str | None = opt(None, "two classes: the label F1 counts as positive (default: the second "
+                                           "label in sorted order; the summary names it)", metavar="LABEL",
+                                     group=YOUR_FILES)
     seeds: list[int] = opt(help="one run per seed; median reported (default 0; the paper uses 10)",
                            default_factory=lambda: [0], group="")
     lr: float | None = opt(None, "peak lr (default 3e-4; hidden size >= 768: 1e-4, 2e-4 on SQuAD)")
@@ -90,7 +93,8 @@ class FinetuneOptions(FlatOptions, OutputOptions):
 
 
 # FinetuneOptions `lvbert glue` does not take (it finds the GLUE tasks' files and formats itself)
-NOT_GLUE = ("dev_data", "text_column", "text_pair_column", "label_column", "task_type", "max_query_length",
+NOT_GLUE = ("dev_data", "text_column", "text_pair_column", "label_column", "task_type", "positive_label",
+            "max_query_length",
             "doc_stride", "n_best", "max_answer_length", "null_threshold")
 
 
@@ -160,7 +164,7 @@ def check(opts: FinetuneOptions):
         raise UserError(f"--max-length {opts.max_length} exceeds the model's position table ({positions}); "
                         f"use --max-length {positions} or less")
     tasks = [load_task(t, opts.data, opts.dev_data, opts.text_column, opts.text_pair_column, opts.label_column,
-                       opts.task_type) for t in opts.tasks]
+                       opts.task_type, opts.positive_label) for t in opts.tasks]
     if any(t.kind == "qa" for t in tasks):
         if not getattr(tok, "is_fast", False):
             raise UserError(f"--model {opts.model}: extractive QA needs a fast tokenizer (tokenizer.json)")
@@ -188,7 +192,7 @@ def finetune(opts: FinetuneOptions) -> dict:
         for seed in opts.seeds:
             label = f"[{task.name} {k + 1}/{len(tasks)}, seed {seed}]"
             per_seed[seed] = run_one(opts, config, tok, task, seed, out / task.name / f"seed{seed}", label)
-        results[task.name] = {"metrics": list(task.metrics), "dev_sets": list(task.dev),
+        results[task.name] = {"metrics": list(task.metrics), "score": task.score_text(), "dev_sets": list(task.dev),
                               "num_labels": task.num_labels, "labels": task.label_names,
                               "train_examples": len(task.train), "skipped_lines": task.skipped,
                               **M.summarize(per_seed),

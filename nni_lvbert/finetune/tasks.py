@@ -41,6 +41,17 @@ class TaskData:
     swap_double: bool = False  # train on both sentence orders (MRPC, STS-B)
     label_scale: float = 1.0  # regression targets are divided by this (STS-B: 5)
     skipped: dict = field(default_factory=dict)  # malformed lines per file
+    positive_label: str | None = None  # a two-class task's label F1 counts as positive (label index 1)
+
+    def score_text(self) -> str:
+        """What the task's score is, in words (results.json's `score`, the summary's)."""
+        names = {"acc": "accuracy", "f1": "F1", "mcc": "Matthews correlation", "spearman": "Spearman",
+                 "pearson": "Pearson", "em": "exact match"}
+        parts = [names.get(m, m) for m in self.metrics]
+        text = parts[0] if len(parts) == 1 else "mean of " + " and ".join(parts)
+        if "f1" in self.metrics and self.label_names:
+            text += f" (F1's positive class: label {self.label_names[1]!r})"
+        return text
 
     @property
     def num_labels(self) -> int:
@@ -243,8 +254,10 @@ def find_split(root: Path, names: tuple[str, ...]) -> Path:
     raise UserError(f"missing split: no {'/'.join(names)}.{{csv,tsv,jsonl,parquet}} in {root}")
 
 
-def load_files(name: str, train_path, dev_path, text: str, pair: str | None, label: str, kind: str) -> TaskData:
-    """A labelled file pair; classification labels are inferred from train (sorted) and dev must use them."""
+def load_files(name: str, train_path, dev_path, text: str, pair: str | None, label: str, kind: str,
+               positive: str | None = None) -> TaskData:
+    """A labelled file pair; classification labels are inferred from train (sorted) and dev must use them. With two
+    labels F1 is scored too, its positive class `positive` (default: the second label in sorted order)."""
     train_path = Path(train_path)
     if train_path.is_dir():
         root = train_path
@@ -278,8 +291,17 @@ def load_files(name: str, train_path, dev_path, text: str, pair: str | None, lab
         if len(names) < 2:
             raise UserError(f"{train_path} has a single label {names[0]!r}; classification needs two or more "
                             "(--task-type regression for scores)")
+    if positive is not None:
+        if kind != "classification" or len(names) != 2:
+            raise UserError(f"--positive-label applies to a two-class task; {train_path} has "
+                            f"{'scores' if kind != 'classification' else f'{len(names)} labels'}")
+        if positive not in names:
+            raise UserError(f"--positive-label {positive!r} is not a label of {train_path} (labels: "
+                            f"{', '.join(map(repr, names))})")
+        names = [n for n in names if n != positive] + [positive]
     metrics = ("spearman", "pearson") if kind == "regression" else ("acc", "f1") if len(names) == 2 else ("acc",)
-    return TaskData(name, kind, names, train, {"dev": dev}, metrics)
+    return TaskData(name, kind, names, train, {"dev": dev}, metrics,
+                    positive_label=names[1] if len(metrics) == 2 and kind == "classification" else None)
 
 
 # --- embedded ---------------------------------------------------------------------------------------------------
@@ -292,9 +314,13 @@ def load_embedded(name: str) -> TaskData:
 
 
 def load_task(task: str, data=None, dev_data=None, text_column=None, pair_column=None, label_column=None,
-              task_type: str = "classification") -> TaskData:
+              task_type: str = "classification", positive_label: str | None = None) -> TaskData:
     """The task named `task` (see module docstring); raises UserError for anything unusable."""
     from .squad import load_squad, squad_name
+
+    if positive_label is not None and not (text_column or label_column):
+        raise UserError("--positive-label applies to a task of your own files (--text-column/--label-column); "
+                        "GLUE's MRPC and QQP count label '1' as positive")
 
     if squad_name(task):
         return load_squad(task, data, dev_data)  # extractive QA (SQuAD JSON, or the hub without --data)
@@ -305,7 +331,7 @@ def load_task(task: str, data=None, dev_data=None, text_column=None, pair_column
             raise UserError("a labelled file needs both --text-column and --label-column")
         if data is None:
             raise UserError(f"--task {task} with --text-column needs --data (a file or a folder with train/dev)")
-        return load_files(task, data, dev_data, text_column, pair_column, label_column, task_type)
+        return load_files(task, data, dev_data, text_column, pair_column, label_column, task_type, positive_label)
     g = glue_name(task)
     if g is not None:
         if data is None:
