@@ -32,9 +32,10 @@ def build_space(space: str | Path = "lvbert", size: str | None = None, *, data=N
 
 
 def check_strategy(strategy) -> None:
-    """Raise one `UserError` line naming the fix when NNI's `strategy` cannot run here (ENAS and PolicyBasedRL
-    without a tianshou NNI 3.0 works with)."""
-    name = type(strategy).__name__
+    """Raise one `UserError` line naming the fix when NNI's `strategy` (an instance, or its class name: NNI's
+    PolicyBasedRL() itself fails without tianshou) cannot run here (ENAS and PolicyBasedRL without a tianshou that
+    NNI 3.0 works with)."""
+    name = strategy if isinstance(strategy, str) else type(strategy).__name__
     if name in RL_STRATEGIES and not tianshou_usable():
         raise UserError(f"{name} needs tianshou 0.4 and gym: {TIANSHOU_FIX}")
 
@@ -52,14 +53,20 @@ def tianshou_usable() -> bool:
 def run_experiment(space, evaluator, strategy, workdir: str | Path = "runs/nni", *, max_trials: int | None = None):
     """`NasExperiment(space, evaluator, strategy).run()` with the project's NNI 3.0 fixes (nni_compat: resumable
     checkpoints on torch >= 2.6, NNI's files and manifest entry under `workdir`, stopped after an error too); a
-    one-shot strategy trains `space` in place. `max_trials` bounds a multi-trial strategy. Returns the experiment
+    one-shot strategy trains `space` in place; a multi-trial one trains each sample in this process (NNI's sequential
+    engine: no NNI manager, no web UI). `max_trials` bounds a multi-trial strategy. Returns the experiment
     (`export_top_models(formatter="dict")` gives the best architectures)."""
-    from .nni_compat import patch_enas_loader, run_nas_experiment
+    from nni.nas.experiment import NasExperimentConfig
+    from nni.nas.oneshot.pytorch.strategy import OneShotStrategy
+
+    from .nni_compat import patch_enas_loader, patch_grid_search, run_nas_experiment
 
     check_strategy(strategy)
-    if type(strategy).__name__ == "ENAS":
-        patch_enas_loader(strategy)
-    return run_nas_experiment(space, evaluator, strategy, Path(workdir), max_trials=max_trials)
+    patch = {"ENAS": patch_enas_loader, "GridSearch": patch_grid_search}.get(type(strategy).__name__)
+    if patch is not None:
+        patch(strategy)
+    config = None if isinstance(strategy, OneShotStrategy) else NasExperimentConfig("sequential", "raw")
+    return run_nas_experiment(space, evaluator, strategy, Path(workdir), config, max_trials=max_trials)
 
 
 def best_arch_json(arch, space, *, strategy: str, score: float | None = None,

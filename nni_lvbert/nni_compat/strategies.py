@@ -96,3 +96,19 @@ def _triple_loader_class(base):
             return triple, triple[1], triple[2]
 
     return TripleAsBatch
+
+
+# NNI 3.0's GridSearch yields models whose `sample` is the very dict Mutable.grid keeps filling: grid() pops the
+# labels again once the next model is asked for, so a model the engine runs after that is frozen from an empty sample
+# ("SampleMissingError: Label layer00 is missing from sample"). Each yielded model gets its own copy here.
+# Drop when: GridSearch's first model runs under the sequential engine (tests/test_python_api.py runs GridSearch).
+def patch_grid_search(strategy) -> None:
+    """Give every model `strategy` (a GridSearch instance) yields a sample of its own."""
+    original = strategy._grid_generator
+
+    def grid_generator(model_space):
+        for model in original(model_space):
+            model.sample = dict(model.sample)
+            yield model
+
+    strategy._grid_generator = grid_generator
