@@ -59,13 +59,16 @@ def run_experiment(space, evaluator, strategy, workdir: str | Path = "runs/nni",
     from nni.nas.experiment import NasExperimentConfig
     from nni.nas.oneshot.pytorch.strategy import OneShotStrategy
 
-    from .nni_compat import patch_enas_loader, patch_grid_search, run_nas_experiment
+    from .nni_compat import fresh_evaluator_per_trial, patch_enas_loader, patch_grid_search, run_nas_experiment
 
     check_strategy(strategy)
     patch = {"ENAS": patch_enas_loader, "GridSearch": patch_grid_search}.get(type(strategy).__name__)
     if patch is not None:
         patch(strategy)
-    config = None if isinstance(strategy, OneShotStrategy) else NasExperimentConfig("sequential", "raw")
+    config = None
+    if not isinstance(strategy, OneShotStrategy):
+        config = NasExperimentConfig("sequential", "raw")
+        fresh_evaluator_per_trial(evaluator)  # each trial its own module and Trainer, as NNI's other engines do
     return run_nas_experiment(space, evaluator, strategy, Path(workdir), config, max_trials=max_trials)
 
 

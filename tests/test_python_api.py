@@ -12,6 +12,7 @@ import pytest
 import torch
 from nni.nas.evaluator.pytorch import Lightning, Trainer
 from nni.nas import strategy as nni_strategy
+from pytorch_lightning import Callback
 
 import nni_lvbert
 from nni_lvbert import (Arch, MLMDataModule, MLMModule, SeededRandomOneShot, best_arch_json, build_space,
@@ -46,8 +47,18 @@ def api(tiny, tmp_path_factory):
     return {"root": root, "data": tiny["data"], "space_file": root / "api2.yaml"}
 
 
-def evaluator(data, steps: int = 4):
-    trainer = Trainer(max_steps=steps, val_check_interval=2, check_val_every_n_epoch=None, limit_val_batches=1,
+class FitEnds(Callback):
+    """Records (trainer, global step) at the end of each fit: one per trial of a multi-trial strategy."""
+
+    def __init__(self):
+        self.ends = []
+
+    def on_fit_end(self, trainer, pl_module):
+        self.ends.append((id(trainer), trainer.global_step))
+
+
+def evaluator(data, steps: int = 4, fits: FitEnds | None = None):
+    trainer = Trainer(max_steps=steps, callbacks=[fits] if fits else None, val_check_interval=2, check_val_every_n_epoch=None, limit_val_batches=1,
                       num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                       enable_model_summary=False, use_distributed_sampler=False)
     return Lightning(MLMModule(lr=1e-3, warmup_steps=1, max_steps=steps), trainer,
@@ -76,7 +87,8 @@ def test_every_nni_strategy_searches_the_space_and_exports(api, tmp_path, name):
         return
     strategy = make_strategy(name)
     before = {k: v.clone() for k, v in space.state_dict().items()}
-    exp = run_experiment(space, evaluator(api["data"]), strategy, tmp_path / "nni", max_trials=2)
+    fits = FitEnds()
+    exp = run_experiment(space, evaluator(api["data"], fits=fits), strategy, tmp_path / "nni", max_trials=2)
     best = exp.export_top_models(top_k=1, formatter="dict")[0]
     assert sorted(best) == ["layer00", "layer01"] and set(best.values()) <= {"dc", "sa", "ff", "glu"}
     record = json.loads(write_best_arch(tmp_path / "best_arch.json", best, space, strategy=name).read_text())
@@ -85,6 +97,9 @@ def test_every_nni_strategy_searches_the_space_and_exports(api, tmp_path, name):
     if name in MULTI_TRIAL:  # each trial reported its validation MLM accuracy to the strategy
         metrics = [m.metric for m in strategy.list_models()]
         assert 1 <= len(metrics) <= 2 and all(isinstance(m, float) and 0 <= m <= 1 for m in metrics), metrics
+        # and trained its own steps with its own Trainer (NNI's sequential engine reuses the evaluator's)
+        assert len(fits.ends) == len(metrics) and len({t for t, _ in fits.ends}) == len(metrics), fits.ends
+        assert all(step == 4 for _, step in fits.ends), fits.ends
     else:  # one-shot: the space was trained in place, and the exported child inherits its weights
         after = space.state_dict()
         assert any(not torch.equal(before[k], after[k]) for k in before if k in after)

@@ -112,3 +112,28 @@ def patch_grid_search(strategy) -> None:
             yield model
 
     strategy._grid_generator = grid_generator
+
+
+# NNI 3.0's sequential engine evaluates every sample of a multi-trial strategy with the one evaluator object: its
+# LightningModule and Trainer are reused, so the second trial's trainer.fit starts at the first's max_steps and trains
+# nothing, and the module's state carries over. NNI's other engines rebuild the evaluator in each trial process from
+# its trace (nni.trace's recorded arguments); fresh_evaluator_per_trial does the same in process.
+# Drop when: SequentialExecutionEngine rebuilds the evaluator per model (tests/test_python_api.py checks each trial
+# trains its steps).
+def fresh_evaluator_per_trial(evaluator) -> None:
+    """Make `evaluator` (NNI's Lightning) evaluate each model with a new instance rebuilt from its trace."""
+    def _execute(model):
+        return rebuilt(evaluator).evaluate(model.executable_model())
+
+    evaluator._execute = _execute
+
+
+def rebuilt(obj):
+    """A new instance of a traced object made from its recorded arguments (traced arguments rebuilt too); anything
+    else (a DataModule, a callback) as it is."""
+    from nni.common.serializer import is_traceable
+
+    if not is_traceable(obj, must_be_instance=True):
+        return obj
+    return type(obj)(*(rebuilt(a) for a in obj.trace_args),  # the traced class: the new instance is traced too
+                     **{k: rebuilt(v) for k, v in obj.trace_kwargs.items()})
