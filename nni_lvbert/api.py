@@ -45,7 +45,7 @@ def tianshou_usable() -> bool:
     try:
         import gym  # noqa: F401
         from tianshou.policy import BasePolicy, PPOPolicy  # noqa: F401
-    except Exception:  # absent, or a tianshou without these names
+    except ImportError:  # absent, or a tianshou without these names (1.x, 2.x)
         return False
     return True
 
