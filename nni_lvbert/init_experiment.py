@@ -3,7 +3,8 @@
 DIR gets the nnictl configs (search.yml, supernet.yml, iot.yml), their search-space JSONs, the web-UI bind script
 and tuner_meta.yml (the Algorithm-1 tuner's entry for `nnictl algo register --meta`) side by side (the configs
 name them relative to their own folder, so the copy works as is), and DIR/search_spaces/<name>.yaml, the search
-spaces, for `--space DIR/search_spaces/<name>.yaml`. Existing files are never replaced without `--overwrite`; each file is written to a temp file and renamed.
+spaces, for `--space DIR/search_spaces/<name>.yaml`. Existing files are never replaced without `--overwrite`;
+each file is written to a temp file and renamed.
 
 With `--supernet RUN` (a finished supernet run directory) the copies of search.yml and iot.yml name RUN's absolute
 path in their trial command instead of `$LVBERT_SUPERNET` / the default, and search_space.json is RUN's own space, so
