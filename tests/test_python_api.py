@@ -58,7 +58,8 @@ class FitEnds(Callback):
 
 
 def evaluator(data, steps: int = 4, fits: FitEnds | None = None):
-    trainer = Trainer(max_steps=steps, callbacks=[fits] if fits else None, val_check_interval=2, check_val_every_n_epoch=None, limit_val_batches=1,
+    trainer = Trainer(max_steps=steps, callbacks=[fits] if fits else None, val_check_interval=2,
+                      check_val_every_n_epoch=None, limit_val_batches=1,
                       num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                       enable_model_summary=False, use_distributed_sampler=False)
     return Lightning(MLMModule(lr=1e-3, warmup_steps=1, max_steps=steps), trainer,
