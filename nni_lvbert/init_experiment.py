@@ -1,9 +1,10 @@
 """`lvbert init-experiment DIR`: copy the shipped nnictl experiment folder and search spaces out, to read and edit.
 
-DIR gets the nnictl configs (search.yml, supernet.yml, iot.yml), their search-space JSONs and the web-UI bind
-script side by side (the configs name them relative to their own folder, so the copy works as is), and
-DIR/search_spaces/<name>.yaml, the search spaces, for `--space DIR/search_spaces/<name>.yaml`. Existing files are
-never replaced without `--overwrite`; each file is written to a temp file and renamed.
+DIR gets the nnictl configs (search.yml, supernet.yml, iot.yml), their search-space JSONs, the web-UI bind script
+and tuner_meta.yml (the Algorithm-1 tuner's entry for `nnictl algo register --meta`) side by side (the configs
+name them relative to their own folder, so the copy works as is), and DIR/search_spaces/<name>.yaml, the search
+spaces, for `--space DIR/search_spaces/<name>.yaml`. Existing files are never replaced without `--overwrite`;
+each file is written to a temp file and renamed.
 
 With `--supernet RUN` (a finished supernet run directory) the copies of search.yml and iot.yml name RUN's absolute
 path in their trial command instead of `$LVBERT_SUPERNET` / the default, and search_space.json is RUN's own space, so
@@ -103,6 +104,7 @@ def run(args) -> dict:
         "search_with_nnictl": f"lvbert search nnictl --supernet {supernet} --experiment-config {d / 'search.yml'}",
         "or_by_hand": by_hand,
         "web_ui_on_localhost_only": f"NODE_OPTIONS=\"--require {(d / 'bind_localhost.js').resolve()}\" {by_hand}",
+        "register_tuner": f"nnictl algo register --meta {d / 'tuner_meta.yml'}",
         "edited_space": f"lvbert supernet train --space {d / 'search_spaces' / 'lvbert.yaml'} ...",
         "model_sizes": str(resources.SIZES_FILE),
     }

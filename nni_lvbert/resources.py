@@ -41,9 +41,12 @@ SUPERNET_SPACE_JSON = EXPERIMENTS_DIR / "supernet_space.json"
 # Loaded by NNI's Node process (NODE_OPTIONS=--require): servers that listen on a bare port listen on
 # $NNI_BIND_HOST (default 127.0.0.1) instead of all interfaces.
 BIND_JS_FILE = EXPERIMENTS_DIR / "bind_localhost.js"
+# `nnictl algo register --meta` this: configs may then say `tuner: {name: LVBertEvolution}` (NNI's registry)
+TUNER_META = EXPERIMENTS_DIR / "tuner_meta.yml"
+REGISTERED_TUNER = "LVBertEvolution"
 
 EXPERIMENT_FILES = (SEARCH_CONFIG, SUPERNET_CONFIG, IOT_CONFIG, STANDALONE_CONFIG, SEARCH_SPACE_JSON,
-                    SUPERNET_SPACE_JSON, BIND_JS_FILE)
+                    SUPERNET_SPACE_JSON, BIND_JS_FILE, TUNER_META)
 
 
 def space_files() -> list[Path]:

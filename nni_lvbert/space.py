@@ -17,6 +17,9 @@ from .modeling import Embeddings, MaskedLMMixin, MLMHead, init_weights
 
 
 class LVBertSpace(MaskedLMMixin, ModelSpace):
+    """NNI ModelSpace of LV-BERT: `spec.slots` labelled LayerChoices (layer00, layer01, ...) over `spec.candidates`
+    in a BERT encoder of shape `cfg`, with the masked-LM head (`nni_lvbert.build_space` makes one by name)."""
+
     def __init__(self, spec: SpaceSpec, cfg: ModelConfig):
         super().__init__()
         self.spec, self.config = spec, cfg

@@ -8,7 +8,7 @@ order of mkdocs.yml's nav, docs/deploy.md included) is marked:
                                        step counts and budgets shrunk (`TINY`, through --config and given values),
                                        and a latency budget taken from the block's own table (`budget_from_table`)
     <!-- docs-test: python -->         its Python runs as written in a fresh process, in such a copy; only
-                                       `PYTHON_SHRUNK`'s training steps are shrunk
+                                       `PYTHON_SHRUNK`'s training steps (and validation period) are shrunk
     <!-- docs-test: parse REASON -->   not run (REASON: minutes of training, nnictl, a GPU, ...): every `lvbert` line
                                        must parse with the real CLI, every script it names must exist
     <!-- docs-test: skip REASON -->    not checked (installs, the two top-level scripts)
@@ -117,6 +117,11 @@ def parse_error(argv: list[str]) -> str | None:
             return None if config.name in {f.name for f in EXPERIMENT_FILES} else f"no shipped {config.name}"
         if args[:1] == ["stop"] and "--all" in args:
             return "`nnictl stop --all` stops every experiment of the user: stop the one (`nnictl stop ID`)"
+        if args[:2] == ["algo", "register"]:  # the shipped registry entry (init-experiment copies it)
+            meta = Path(args[args.index("--meta") + 1])
+            return None if meta.name in {f.name for f in EXPERIMENT_FILES} else f"no shipped {meta.name}"
+        if args[:2] in (["algo", "list"], ["algo", "unregister"]):
+            return None
         return None if args[:1] in (["stop"], ["resume"], ["experiment"]) else f"unknown nnictl command {args}"
     return f"unknown tool {tool!r}: mark the block `skip` with a reason"
 
@@ -396,9 +401,11 @@ def test_every_training_page_has_a_tiny_block():
 
 
 # --- python blocks: the guide's Python, as written, in a fresh process -------------------------------------------
-# the only change made to a block's text: training steps (a reader's 1,000 Trainer steps on the tiny export are
-# minutes of CPU for nothing the test checks); each replaced text must be in some block, so none goes stale
-PYTHON_SHRUNK = {"max_steps=1000": "max_steps=2"}
+# the only change made to a block's text: training steps and the validation period and size that go with them (a
+# reader's 1,000 Trainer steps on the tiny export are minutes of CPU for nothing the test checks); each replaced text
+# must be in some block, so none goes stale
+PYTHON_SHRUNK = {"max_steps=1000": "max_steps=2", "val_check_interval=250": "val_check_interval=2",
+                 "limit_val_batches=20": "limit_val_batches=2"}
 PYTHON_BLOCKS = [b for b in ALL if b[2] == "python"]
 
 

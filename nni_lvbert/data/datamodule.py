@@ -14,6 +14,10 @@ from .pipeline import PreparedData
 
 
 class MLMDataModule(pl.LightningDataModule):
+    """Lightning DataModule of prepared data (`PreparedData` or its directory): seeded, resumable masked-LM
+    training batches of `batch_size` sequences (each DDP rank its share: Trainer(use_distributed_sampler=False)),
+    fixed validation batches."""
+
     def __init__(self, prepared: PreparedData | str, batch_size: int = 32, val_batch_size: int | None = None,
                  num_workers: int = 0, seed: int = 0, mlm_probability: float | None = None):
         super().__init__()

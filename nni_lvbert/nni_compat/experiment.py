@@ -176,9 +176,10 @@ def use_weights_only_serializer() -> None:
         set_default_serializer(WeightsOnlyTorchSerializer())
 
 
-def run_nas_experiment(space, evaluator, strategy, workdir: Path, config=None):
+def run_nas_experiment(space, evaluator, strategy, workdir: Path, config=None, max_trials: int | None = None):
     """NasExperiment(space, evaluator, strategy, config).run() with NNI's files under workdir, its manifest entry
-    included (see below), stopped after (also after an error, so the manifest says so); returns the experiment."""
+    included (see below), stopped after (also after an error, so the manifest says so); returns the experiment.
+    `max_trials` bounds a multi-trial strategy's trials."""
     from nni.nas.experiment import NasExperiment
 
     use_weights_only_serializer()
@@ -187,6 +188,8 @@ def run_nas_experiment(space, evaluator, strategy, workdir: Path, config=None):
     workdir = Path(workdir).resolve()
     exp = NasExperiment(space, evaluator, strategy, config=config)
     exp.config.experiment_working_directory = str(workdir)
+    if max_trials is not None:
+        exp.config.max_trial_number = max_trials
     with manifest_in(workdir):
         try:
             exp.run()

@@ -1,4 +1,9 @@
-"""The MLM LightningModule NNI's Lightning evaluator trains (the same module trains a fixed arch)."""
+"""The MLM LightningModule NNI's Lightning evaluator trains (the same module trains a fixed arch).
+
+It works under any NNI 3.0 strategy: the project's seeded SPOS, stock one-shot strategies (whose wrapper does not
+forward the validation-epoch hooks: the epoch then ends at its last batch) and multi-trial strategies (each trial
+reports its last validation MLM accuracy to NNI).
+"""
 from __future__ import annotations
 
 import time
@@ -8,6 +13,7 @@ import torch
 from nni.nas.evaluator.pytorch import LightningModule
 
 from ..data.masking import model_mask
+from ..nni_compat import epoch_end_not_forwarded, in_multi_trial
 from ..trainer import adamw, linear_warmup_decay
 
 
@@ -24,13 +30,18 @@ def log_throughput(module, batch) -> None:
 
 @nni.trace
 class MLMModule(LightningModule):
+    """The LightningModule of NNI's `Lightning` evaluator: masked-LM training of the model NNI sets (a supernet
+    path, a sampled or a fixed model) with AdamW and linear warm-up/decay; logs val_loss and val_mlm_acc (the metric
+    a multi-trial strategy receives)."""
+
     def __init__(self, lr: float = 2e-4, warmup_steps: int = 10_000, max_steps: int = 2_000_000,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0):
         super().__init__()
         self.lr, self.warmup_steps, self.max_steps = lr, warmup_steps, max_steps
         self.betas, self.eps, self.weight_decay = tuple(betas), eps, weight_decay
-        self._val = None
+        self._val = None  # the validation epoch's sums (loss, correct, count)
         self._tick = None
+        self.val_mlm_acc: float | None = None  # the last validation's MLM accuracy
 
     def forward(self, batch):
         return self.model(batch["input_ids"], model_mask(batch), batch.get("token_type_ids"), labels=batch["labels"],
@@ -52,17 +63,33 @@ class MLMModule(LightningModule):
     def on_validation_epoch_start(self):
         self._val = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, correct, count
 
-    def validation_step(self, batch, batch_idx):
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
         with torch.no_grad():
             out = self(batch)
-        self._val += torch.stack([out.loss.double() * out.count, out.correct.double(), out.count.double()])
+        sums = torch.stack([out.loss.double() * out.count, out.correct.double(), out.count.double()])
+        self._val = sums if self._val is None else self._val + sums  # None: no epoch-start hook ran (stock NNI)
+        if epoch_end_not_forwarded(self) and batch_idx + 1 == self.trainer.num_val_batches[dataloader_idx]:
+            self.end_validation()  # stock one-shot strategies never call on_validation_epoch_end
 
     def on_validation_epoch_end(self):
+        if self._val is not None:
+            self.end_validation()
+
+    def end_validation(self) -> None:
+        """Log the epoch's exact validation loss and MLM accuracy (summed over ranks); inside a multi-trial
+        NasExperiment, report the accuracy to NNI's strategy too. Resets the epoch's sums."""
         total = self.trainer.strategy.reduce(self._val, reduce_op="sum")  # exact over all ranks
         count = total[2].clamp(min=1)
         self.log("val_loss", (total[0] / count).float(), prog_bar=True, rank_zero_only=True)
         self.log("val_mlm_acc", (total[1] / count).float(), prog_bar=True, rank_zero_only=True)
+        self.val_mlm_acc, self._val = float(total[1] / count), None
         self._tick = None  # validation time is not training throughput
+        if in_multi_trial():
+            nni.report_intermediate_result(self.val_mlm_acc)
+
+    def on_fit_end(self):
+        if in_multi_trial() and self.val_mlm_acc is not None:  # the trial's metric: its last validation's accuracy
+            nni.report_final_result(self.val_mlm_acc)
 
     def configure_optimizers(self):
         decay, no_decay = [], []
