@@ -101,6 +101,9 @@ def test_every_nni_strategy_searches_the_space_and_exports(api, tmp_path, name):
         # and trained its own steps with its own Trainer (NNI's sequential engine reuses the evaluator's)
         assert len(fits.ends) == len(metrics) and len({t for t, _ in fits.ends}) == len(metrics), fits.ends
         assert all(step == 4 for _, step in fits.ends), fits.ends
+        from nni_lvbert.nni_compat import in_multi_trial
+
+        assert not in_multi_trial()  # the experiment over, nothing later in this process reports to it
     else:  # one-shot: the space was trained in place, and the exported child inherits its weights
         after = space.state_dict()
         assert any(not torch.equal(before[k], after[k]) for k in before if k in after)

@@ -20,7 +20,8 @@ from .experiment import (NNI_FAILURE_LOGGERS, NO_CHECKPOINT_CALLBACK, DropMessag
                          experiment_id_in, manifest_in, quiet_nni_logging, run_nas_experiment, use_pid_file_lock,
                          use_weights_only_serializer)
 from .remote import REMOTE_WORKER_ENV, remote_trial_keeper_pids  # noqa: F401
-from .strategies import (epoch_end_not_forwarded, extend_lambda_lr, fresh_evaluator_per_trial,  # noqa: F401
+from .strategies import (clear_trial_parameter, epoch_end_not_forwarded, extend_lambda_lr,  # noqa: F401
+                         fresh_evaluator_per_trial,
                          in_multi_trial, keep_already_mutated, patch_enas_loader, patch_grid_search,
                          strategy_interrupted)
 from .trials import (TrialReporter, TunerGaveUp, in_nni_trial, stop_when_tuner_gives_up, trial_error_line,  # noqa: F401

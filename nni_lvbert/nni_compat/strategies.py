@@ -72,6 +72,17 @@ def in_multi_trial() -> bool:
     return isinstance(nni.get_current_parameter(), ExecutableModelSpace)
 
 
+# NNI 3.0's sequential engine leaves the last sample as the process's current trial parameter (nni.trial._params)
+# after the experiment ends, so `in_multi_trial` would stay True for whatever the process trains next (a second
+# experiment's one-shot training, a plain Lightning fit) and its modules would report to a finished experiment.
+# Drop when: NNI clears the parameter when a sequential experiment ends.
+def clear_trial_parameter() -> None:
+    """Forget the current trial parameter NNI's sequential engine left behind (see above)."""
+    import nni.trial
+
+    nni.trial._params = None
+
+
 # NNI 3.0's ENAS trains on a ConcatLoader of the train and validation loaders and tells their batches apart by the
 # (batch, batch_idx, dataloader_idx) triple Lightning 2.0 handed to training_step; Lightning >= 2.1 unpacks the
 # triple and passes the batch alone, so ENAS.training_step fails ("too many values to unpack"). The patched
