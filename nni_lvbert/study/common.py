@@ -173,17 +173,6 @@ def begin(opts: StudyOptions, what: str) -> StudyOptions:
     return opts
 
 
-def begin_on_supernet(opts: StudyOptions, takes: str, seeds: int) -> StudyOptions:
-    """`begin` for a study of a reference supernet: --supernet given (`takes`: what the study takes from it) and at
-    least one seed (`seeds`: the study's resolved --num-seeds)."""
-    opts = begin(opts, "study")
-    if not opts.supernet:
-        raise UserError(f"give the reference supernet with --supernet RUN ({takes})")
-    if seeds < 1:
-        raise UserError(f"--num-seeds must be at least 1, got {seeds}")
-    return opts
-
-
 def start(opts: StudyOptions) -> Path:
     """Create OUT (emptied on --overwrite) and store the options, once every input is checked (`RunDir.open`)."""
     run = RunDir(opts.out, "study", "study directory")

@@ -3,7 +3,7 @@ noise ceiling, the order effect per group, paired ranker comparisons, rank inter
 that share the ground truth's first seed scored against the other seeds.
 
 `reanalyse(result)` adds these keys to a ranking result (`run_ranking` calls it; the existing keys stay as they
-are); `report_lines` and the `*_cell` helpers are its Markdown for `ranking._report`. From the command line:
+are); its Markdown is `ranking_report.py`'s. From the command line:
 
     python -m nni_lvbert.study.reanalyse runs/study/ranking/ranking.json [--out DIR]
 
@@ -11,19 +11,23 @@ rewrites ranking.json, ranking.md and the plots in DIR (default: beside a file n
 """
 from __future__ import annotations
 
-from .stats import (ceiling_by_simulation, kendall, markdown_table, noise_ceiling, order_effect, paired_bootstrap,
-                    rank_interval, reliability)
+import argparse
+import copy
+from pathlib import Path
+
+import numpy as np
+
+from ..arch import Arch
+from ..atomic import write_json
+from ..errors import UserError
+from ..safeio import read_json
+from .orders import composition
+from .ranking_report import ALPHA, FAILED_MADS, RESULT, report
+from .stats import (ceiling_by_simulation, kendall, noise_ceiling, order_effect, paired_bootstrap, rank_interval,
+                    reliability)
 
 BASELINE = "spos"  # the default ranker: every other ranker is compared with it (else with the table's first)
 SHARES_SEED = ("short", "rerank")  # kinds that train with the study's first seed, one of the ground truth's
-ALPHA = 0.05  # an order effect with p below this is detectable
-# a failed run: a seed this many times the study's median absolute deviation (each run from its order's median)
-# below its order's median. At tiny, a training that never left the unigram plateau (accuracy 0.055, loss 6.9, while
-# the order's other seeds reached 0.22 and 5.1) lies 34-250 such deviations below; no other run lay beyond 10 in
-# the studies so far. The ANOVA counts a failed run as seed noise; the group tests are repeated without the orders
-# that have one. An order whose every seed stays low is not flagged (its median is low); scores are "higher is
-# better" (accuracy, or minus the loss), so only runs below the median count.
-FAILED_MADS = 20
 # the groups the order effect is tested in: name, and whether an order (its composition) belongs to it
 GROUPS = (("all orders", lambda c: True), ("with convolution", lambda c: c["dc"] > 0),
           ("without convolution", lambda c: c["dc"] == 0), ("mixed", lambda c: c["dc"] > 0 and c["sa"] > 0))
@@ -34,12 +38,6 @@ def reanalyse(result: dict, resamples: int = 2000) -> dict:
     reliability, ceiling_simulated (all orders), groups (order effect, ceilings and each ranker's tau per group),
     searched_rank; per ranker in `rankers`: shares_seed, kendall_tau_other_seeds, vs_baseline (paired bootstrap of
     the tau difference), pick_rank_interval."""
-    import copy
-
-    import numpy as np
-
-    from ..arch import Arch
-    from .orders import composition
 
     result = copy.deepcopy(result)  # the caller's result stays as it was
     rows = result["rows"]
@@ -95,8 +93,6 @@ def reanalyse(result: dict, resamples: int = 2000) -> dict:
 def failed_runs(per_seed) -> list[tuple[int, int]]:
     """(order, seed) index pairs of the runs more than FAILED_MADS median absolute deviations below their order's
     median (3+ seeds: with two, the median is their mean)."""
-    import numpy as np
-
     y = np.asarray(per_seed, float)
     if y.ndim != 2 or y.shape[1] < 3:
         return []
@@ -115,148 +111,7 @@ def _simulated(per_seed, sims: int, seed: int) -> dict:
     return {shape: ceiling_by_simulation(per_seed, sims, seed, shape) for shape in ("normal", "observed")}
 
 
-# --- Markdown ------------------------------------------------------------------------------------------------------
-def _num(v, digits: int = 3) -> str:
-    return "n/a" if v is None else f"{v:.{digits}f}"
-
-
-def _range(r) -> str:
-    return f"[{r[0]:.2f}, {r[1]:.2f}]" if r else "n/a"
-
-
-def ceiling_lines(result: dict) -> list[str]:
-    """The corrected ceiling: the reliability of the k-seed mean and the model-based simulations (all orders)."""
-    rel, sim, k = result.get("reliability"), result.get("ceiling_simulated"), len(result["seeds"])
-    if not rel:
-        return []
-    lines = [f"- corrected ceiling: the {k}-seed mean's reliability is **{rel['reliability_k']:.2f}** (single seed "
-             f"{rel['rho1']:.2f}; each split's tau -> r = sin(pi tau / 2), Spearman-Brown for its unequal halves, "
-             f"averaged over the splits), so a noise-free ranker would reach **Kendall tau "
-             f"{rel['kendall_tau_noise_free']:.2f}** against the {k}-seed mean (normal theory)"]
-    if sim:
-        lines.append("- model-based ceiling (simulated from the two-way ANOVA's order and residual variances, "
-                     f"{sim['normal']['sims']} draws; mean [5-95 %]): {_sim_cell(sim['normal'])} with normal true "
-                     f"values, {_sim_cell(sim['observed'])} with the observed means' shape (shrunk to the fitted "
-                     "variance)")
-    return lines
-
-
-def _sim_cell(s: dict | None) -> str:
-    if not s:
-        return "n/a"
-    return f"{s['kendall_tau']:.2f} {_range(s['range90'])}" if s["kendall_tau"] is not None else \
-        f"n/a ({s.get('undefined')})"
-
-
-def _effect_cell(e: dict | None) -> tuple[str, str]:
-    if not e or e["F"] is None:
-        return "n/a", "n/a"
-    return f"F({e['df'][0]}, {e['df'][1]}) = {e['F']:.2f}", f"{e['p']:.2g}"
-
-
-def group_tables(result: dict) -> list[str]:
-    """The order effect and the ceilings per group, then each ranker's tau inside each group ("not resolvable at
-    this budget" where the group shows no order effect)."""
-    groups, k = result.get("groups"), len(result["seeds"])
-    if not groups:
-        return []
-    out = ["## Order effect and ceiling per group\n",
-           f"Two-way ANOVA of the ground truth (order + seed, one model per cell): is an order effect detectable "
-           f"against the seed-to-seed noise (p < {ALPHA})? Where it is not, the orders of the group are not "
-           f"resolvable at this budget, and no tau inside it says whether a ranker orders them.\n",
-           markdown_table(["group", "orders", "order effect", "p", "between-order sd", "residual sd", "verdict"],
-                          [[label, g["orders"], *_effect_cell(g["order_effect"]),
-                            _num((g["order_effect"] or {}).get("between_sd"), 4),
-                            _num((g["order_effect"] or {}).get("residual_sd"), 4), _verdict(g)]
-                           for label, g in _with_clean_rows(groups)]),
-           *_failed_lines(result),
-           markdown_table(["group", "split-half tau (range over the splits)", "single-seed reliability",
-                           f"{k}-seed reliability", "noise-free tau (reliability)", "simulated, normal [5-95 %]",
-                           "simulated, observed shape [5-95 %]"],
-                          [[g["group"], _split_cell(g["noise_ceiling"]), _num((g["reliability"] or {}).get("rho1"), 2),
-                            _num((g["reliability"] or {}).get("reliability_k"), 2),
-                            _num((g["reliability"] or {}).get("kendall_tau_noise_free"), 2),
-                            _sim_cell((g["ceiling_simulated"] or {}).get("normal")),
-                            _sim_cell((g["ceiling_simulated"] or {}).get("observed"))] for g in groups])]
-    inner = [g for g in groups if g["group"] != "all orders"]
-    note = {True: "", False: ": not resolvable at this budget", None: ": untested"}
-    header = [f"tau {g['group']} ({g['orders']})" + (": resolvable without its failed runs" if not g["resolvable"] and
-                                                     (g.get("without_failed") or {}).get("resolvable")
-                                                     else note[g["resolvable"]]) for g in inner]
-    out.append(markdown_table(["ranker", *header], [[name, *[_num(g["kendall_tau"][name]) for g in inner]]
-                                                    for name in (t["ranker"] for t in result["rankers"])]))
-    return out
-
-
-def _with_clean_rows(groups: list[dict]):
-    """(label, entry) of each group, each followed by its test without the orders that have a failed run."""
-    for g in groups:
-        yield g["group"], g
-        if g.get("without_failed"):
-            yield f"{g['group']}, without the orders with a failed run", g["without_failed"]
-
-
-def _failed_lines(result: dict) -> list[str]:
-    failed = result.get("failed_runs")
-    if not failed:
-        return []
-    runs = "; ".join(f"`{f['arch']}` seed {f['seed']}: {f['score']:.4f} (its order's median {f['order_median']:.4f})"
-                     for f in failed)
-    return [f"Failed runs (more than {FAILED_MADS} median absolute deviations below their order's median: at tiny, a "
-            f"training that never left the unigram plateau): {runs}. The ANOVA counts such a run as seed noise, so each group with one is tested "
-            "again without its orders that have one (the rows marked so); the ground truth and every tau keep "
-            "them. Against the ground truth without them (each order's mean over its other seeds), Kendall tau: "
-            + ", ".join(f"{t['ranker']} {_num(t.get('kendall_tau_without_failed'))}" for t in result["rankers"])
-            + ".\n"]
-
-
-def _verdict(g: dict) -> str:
-    if g["resolvable"] is None:
-        return "n/a"
-    return "order effect detectable" if g["resolvable"] else "no order effect detectable: not resolvable at this budget"
-
-
-def _split_cell(c: dict | None) -> str:
-    return f"{c['kendall_tau']:.3f} ({c['min']:.2f} to {c['max']:.2f})" if c else "n/a"
-
-
-def searched_line(result: dict) -> list[str]:
-    s = result.get("searched_rank")
-    if not s:
-        return []
-    return [f"- the searched order `{s['arch']}`: rank {s['rank']} of {result['orders']} in the "
-            f"{len(result['seeds'])}-seed mean, per seed {'/'.join(map(str, s['per_seed']))}, "
-            f"{round(100 * s['level'])} % interval over resampled seeds {s['interval'][0]} to {s['interval'][1]}"]
-
-
-def vs_cell(t: dict) -> str:
-    v = t.get("vs_baseline")
-    if v is None or "difference" not in v:
-        return "—" if v is None else "n/a"
-    return f"{v['difference']:+.2f} {_range(v['ci95'])}"
-
-
-def other_seeds_cell(t: dict) -> str:
-    return _num(t["kendall_tau_other_seeds"]) if t.get("shares_seed") else "—"
-
-
-def pick_cell(t: dict) -> str:
-    r = t.get("pick_rank_interval")
-    if not r:
-        return f"`{t['pick']}` ({t['pick_rank']})"
-    return (f"`{t['pick']}` ({t['pick_rank']}; {'/'.join(map(str, r['per_seed']))}; "
-            f"{r['interval'][0]}-{r['interval'][1]})")
-
-
 def main(argv=None) -> int:
-    import argparse
-    from pathlib import Path
-
-    from ..atomic import write_json
-    from ..errors import UserError
-    from ..safeio import read_json
-    from .ranking import RESULT, _report
-
     p = argparse.ArgumentParser(prog="python -m nni_lvbert.study.reanalyse", description=__doc__.split("\n\n")[0])
     p.add_argument("result", help="a ranking study's ranking.json")
     p.add_argument("--out", help="where ranking.json, ranking.md and the plots go (default: beside RESULT when it "
@@ -275,7 +130,7 @@ def main(argv=None) -> int:
     except UserError as e:
         p.error(str(e))
     out.mkdir(parents=True, exist_ok=True)
-    _report(result, out)
+    report(result, out)
     write_json(out / RESULT, result)
     print(out / RESULT)
     return 0
