@@ -267,15 +267,6 @@ def iot_statistics(res: dict) -> dict:
     }
 
 
-def first(split, n: int | None):
-    """n examples spread evenly over a split (every len/n-th: splits sorted by label keep every label); all: None."""
-    if not n or n >= len(split):
-        return split
-    idx = np.linspace(0, len(split) - 1, n).round().astype(int).tolist()
-    return dataclasses.replace(split, text_a=[split.text_a[i] for i in idx], labels=[split.labels[i] for i in idx],
-                               text_b=[split.text_b[i] for i in idx] if split.text_b else None)
-
-
 def score_seed(task, dev_names: list[str], iot: dict, alone: list[dict]) -> dict:
     """One seed's statistics: `iot.finetune.iot_statistics`, the task's metric of each, and every stand-alone order
     with the routed model's paired difference against it."""

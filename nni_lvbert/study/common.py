@@ -1,5 +1,5 @@
-"""What the three studies share: their options, the stand-alone training budget and the study directory. The
-model store is `store.py`, the statistics and tables `stats.py`.
+"""What the studies share: their options, the stand-alone training budget and the study directory. The driver is
+`driver.py`, the model store `store.py`, the statistics and tables `stats.py`.
 
 A study directory:
 
@@ -19,8 +19,7 @@ from typing import ClassVar
 
 from .. import layout
 from ..errors import UserError
-from ..options import OutputOptions, opt, to_dict
-from ..rundir import RunDir
+from ..options import OutputOptions, opt
 
 ALL_TOKENS = 10**9  # --val-tokens default: the whole validation split
 QUICK_VAL_TOKENS = 4096  # ... and with --quick (scoring on a whole split is minutes per model on a real corpus)
@@ -160,27 +159,3 @@ def shown_stats(stats: dict) -> dict:
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def begin(opts: StudyOptions, what: str) -> StudyOptions:
-    """Check OUT (refuse non-empty without --resume/--overwrite); on --resume take the stored options
-    (`RunDir.begin`)."""
-    opts = RunDir(opts.out, "study", f"{what} directory").begin(opts)
-    if opts.threads:
-        import torch
-
-        torch.set_num_threads(opts.threads)
-    return opts
-
-
-def start(opts: StudyOptions) -> Path:
-    """Create OUT (emptied on --overwrite) and store the options, once every input is checked (`RunDir.open`)."""
-    run = RunDir(opts.out, "study", "study directory")
-    if opts.resume:  # the stored options (the budget written out) stay, but for MAY_CHANGE_ON_RESUME
-        stored, now = run.stored_options() or {}, to_dict(opts)
-        changed = {k: now[k] for k in opts.MAY_CHANGE_ON_RESUME if k in now and stored.get(k) != now[k]}
-        if changed:
-            run.save_options(stored | changed)
-        return run.path
-    budget = opts.budget().options() if opts.TRAINS_MODELS else {}  # a resumed study keeps it under later presets
-    return run.open(opts, to_dict(dataclasses.replace(opts, **budget))).path

@@ -11,6 +11,7 @@ summary and its report; `drive` does the rest, the same for every study:
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,9 @@ from typing import Any, Callable
 from ..atomic import write_json
 from ..errors import UserError
 from ..safeio import read_json
-from .common import StudyOptions, begin, log, start
+from ..options import to_dict
+from ..rundir import RunDir
+from .common import StudyOptions, log
 from .store import one_process_each
 
 # study name (as results record it) -> its module, which holds STUDY
@@ -130,3 +133,27 @@ def need_supernet(opts, takes: str, seeds: int) -> None:
         raise UserError(f"give the reference supernet with --supernet RUN ({takes})")
     if seeds < 1:
         raise UserError(f"--num-seeds must be at least 1, got {seeds}")
+
+
+def begin(opts: StudyOptions, what: str) -> StudyOptions:
+    """Check OUT (refuse non-empty without --resume/--overwrite); on --resume take the stored options
+    (`RunDir.begin`)."""
+    opts = RunDir(opts.out, "study", f"{what} directory").begin(opts)
+    if opts.threads:
+        import torch
+
+        torch.set_num_threads(opts.threads)
+    return opts
+
+
+def start(opts: StudyOptions) -> Path:
+    """Create OUT (emptied on --overwrite) and store the options, once every input is checked (`RunDir.open`)."""
+    run = RunDir(opts.out, "study", "study directory")
+    if opts.resume:  # the stored options (the budget written out) stay, but for MAY_CHANGE_ON_RESUME
+        stored, now = run.stored_options() or {}, to_dict(opts)
+        changed = {k: now[k] for k in opts.MAY_CHANGE_ON_RESUME if k in now and stored.get(k) != now[k]}
+        if changed:
+            run.save_options(stored | changed)
+        return run.path
+    budget = opts.budget().options() if opts.TRAINS_MODELS else {}  # a resumed study keeps it under later presets
+    return run.open(opts, to_dict(dataclasses.replace(opts, **budget))).path

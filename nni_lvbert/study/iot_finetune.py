@@ -123,28 +123,11 @@ def sources(opts: IOTFinetuneOptions) -> list[tuple[int, Path]]:
 
 
 def load(opts: IOTFinetuneOptions, run: Path):
-    """(task, tokenizer, max length, train rows, {dev name: rows}) for the IOT run `run`; one line when unusable."""
-    from transformers import AutoTokenizer
+    """(task, tokenizer, max length, train rows, {dev name: rows}) for the IOT run `run` (`iot.finetune_task`)."""
+    from ..iot.finetune_task import task_rows  # transformers: once the options are checked
 
-    from ..finetune.module import encode
-    from ..iot.finetune import first
-    from ..finetune.tasks import load_task
-    from ..rundir import RunDir
-
-    if not opts.task:
-        raise UserError("no task given (--task, e.g. sotu-era)")
-    task = load_task(opts.task, opts.task_data, None, opts.text_column, opts.text_pair_column, opts.label_column)
-    if task.kind != "classification":
-        raise UserError(f"--task {opts.task} is a {task.kind} task; IOT fine-tuning takes classification tasks "
-                        "(an instance is right or wrong under each order)")
-    positions = RunDir(run, "IOT").cfg.max_position
-    length = opts.max_length or min(128, positions)
-    if length > positions:
-        raise UserError(f"--max-length {length} exceeds the model's position table ({positions})")
-    tok = AutoTokenizer.from_pretrained(str(run / "tokenizer"))
-    n, d = opts.quick_or("max_train_examples"), opts.quick_or("max_dev_examples")
-    dev = {name: encode(tok, first(s, d), task, length, train=False) for name, s in task.dev.items()}
-    return task, tok, length, encode(tok, first(task.train, n), task, length, train=True), dev
+    return task_rows(run, opts.task, opts.task_data, (opts.text_column, opts.text_pair_column, opts.label_column),
+                     opts.max_length, opts.quick_or("max_train_examples"), opts.quick_or("max_dev_examples"))
 
 
 def recipe(opts: IOTFinetuneOptions, task, n_train: int):
@@ -227,13 +210,14 @@ def _seed(plan: FinetunePlan, out: Path, i: int, seed: int, run: Path) -> dict:
     def part(file: str, what: str, short: str, orders) -> Unit:
         def train():
             log(f"{head} {what}: training")
-            return train_and_predict(run, orders, train_rows, dev_rows, task.num_labels, tok.pad_token_id, rec, seed,
-                                     plan.device, log=lambda s: log(f"{head} {short}: {s}"))
+            return train_and_predict(run, orders, train_rows, dev_rows, task.num_labels, tok.pad_token_id, rec,
+                                     seed, plan.device, log=lambda s: log(f"{head} {short}: {s}"))
 
         return Unit(out / "runs" / f"seed{seed}" / file, train, skipped=f"{head} {what}: finished earlier, skipped")
 
     (iot,) = run_units([part("iot.json", "IOT fine-tuning", "IOT", None)])
-    alone = run_units([part(f"order{k}.json", f"order {k} ({iot['orders'][k]}) alone", f"order {k}", [k]) for k in range(m)])
+    alone = run_units([part(f"order{k}.json", f"order {k} ({iot['orders'][k]}) alone", f"order {k}", [k])
+                       for k in range(m)])
     res = {"seed": seed, "iot_run": shown_path(run), "orders": iot["orders"],
            **score_seed(task, plan.dev_names, iot, alone),
            "core_minutes": {"iot": scoring_minutes(iot["train_seconds"] + iot["eval_seconds"]),

@@ -135,5 +135,6 @@ def seed_spread(values) -> float | None:
 
 def goal_test(baseline: str, diff: dict) -> dict:
     """The IOT studies' goal: routed minus the baseline (`diff`: mean and se) more than 2 standard errors above 0."""
-    return {"baseline": baseline, "routed_minus_standalone": diff, "z": diff["mean"] / diff["se"] if diff["se"] else None,
+    return {"baseline": baseline, "routed_minus_standalone": diff,
+            "z": diff["mean"] / diff["se"] if diff["se"] else None,
             "met": bool(diff["se"] and diff["mean"] > 2 * diff["se"])}
