@@ -155,7 +155,7 @@ def units(plan: DownstreamPlan, out: Path) -> list[Unit]:
     def unit(i: int, key) -> Unit:
         d = plan.ft_dir(out, key)
 
-        def tune() -> dict:
+        def tune() -> None:
             log(f"[{i + 1}/{len(runs)}] {_tag(*key, plan.pretrain_seeds)}: fine-tuning on {', '.join(opts.tasks)}, "
                 f"seeds {ft_seeds}")
             # results.json of another model (its pre-training was redone): resumed, --resume checks the model
@@ -165,7 +165,6 @@ def units(plan: DownstreamPlan, out: Path) -> list[Unit]:
                                           out=str(d), seeds=list(ft_seeds), max_length=plan.cfg.max_length,
                                           max_steps=plan.ft_cap(), max_train_examples=64 if opts.quick else None,
                                           accelerator="cpu", progress=opts.progress, **flags))
-            return read_json(d / "results.json")
 
         def tuned() -> bool:
             done = d / "results.json"

@@ -44,7 +44,7 @@ class Plan:
 @dataclass
 class Unit:
     """One resumable piece of a study: finished when its result file is there (or `finished()` says so), then
-    read back by `load`; else `make()` computes it and `save` writes it (None: `make` writes its own file), under
+    read back by `load`; else `make()` computes it and `save` writes it (None: `make` writes its file, read back), under
     `lock` when given (another process running the same study takes the next unit meanwhile)."""
 
     file: Path
@@ -74,9 +74,10 @@ def run_units(units: list[Unit]) -> list:
         if unit.done():  # by another process meanwhile
             values[i] = unit.load(unit.file)
             return
-        values[i] = unit.make()
+        value = unit.make()
         if unit.save:
-            unit.save(unit.file, values[i])
+            unit.save(unit.file, value)
+        values[i] = value if unit.save else unit.load(unit.file)
 
     todo = [(i, u) for i, u in enumerate(units) if i not in values]
     if todo and all(u.lock for _, u in todo):
