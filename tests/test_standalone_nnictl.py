@@ -96,7 +96,7 @@ def test_a_trial_reports_an_electra_models_generator_accuracy(tmp_path, monkeypa
     """`study downstream --objective electra`'s models have no val_mlm_acc: the trial reports the generator's MLM
     accuracy (what the study scores them by); a finished model is reported, not trained."""
     from nni_lvbert.study.common import Budget
-    from nni_lvbert.study.store import Standalone
+    from nni_lvbert.standalone.store import Standalone
     from nni_lvbert.study.trial import run_trial
 
     monkeypatch.delenv("NNI_EXP_ID", raising=False)

@@ -1,5 +1,5 @@
 """What the studies share: their options, the stand-alone training budget and the study directory. The driver is
-`driver.py`, the model store `store.py`, the statistics and tables `stats.py`.
+`driver.py`, the model store `standalone/`, the statistics and tables `stats.py`.
 
 A study directory:
 
@@ -11,8 +11,6 @@ A study directory:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -20,8 +18,9 @@ from typing import ClassVar
 from .. import layout
 from ..errors import UserError
 from ..options import OutputOptions, opt
+from ..standalone.scoring import ALL_TOKENS
+from ..standalone.store import Budget, log  # noqa: F401 (the studies' names)
 
-ALL_TOKENS = 10**9  # --val-tokens default: the whole validation split
 QUICK_VAL_TOKENS = 4096  # ... and with --quick (scoring on a whole split is minutes per model on a real corpus)
 
 # Stand-alone budgets. "tiny" is the CPU regime of the studies in docs/results.md (which says how it was chosen);
@@ -30,39 +29,6 @@ BUDGETS = {
     "quick": dict(steps=30, lr=2e-3, warmup_steps=3, batch_size=8, dropout=0.0),
     "tiny": dict(steps=1500, lr=2e-3, warmup_steps=100, batch_size=32, dropout=0.0),
 }
-
-
-@dataclass(frozen=True)
-class Budget:
-    """One stand-alone training budget: every compared model gets the same steps, batch and schedule."""
-
-    steps: int
-    lr: float
-    warmup_steps: int
-    batch_size: int
-    dropout: float = 0.0
-
-    def shortened(self, steps: int) -> "Budget":
-        """The same schedule cut to `steps` (short:N, --rerank): warm-up at most a tenth of it."""
-        return dataclasses.replace(self, steps=steps, warmup_steps=min(self.warmup_steps, steps // 10))
-
-    def options(self) -> dict:
-        """As study options (the flags): steps is --max-steps."""
-        values = dataclasses.asdict(self)
-        return {"max_steps": values.pop("steps"), **values}
-
-    @staticmethod
-    def from_options(opts) -> dict:
-        """The budget fields a study's options give (None: the preset's)."""
-        return {"steps": opts.max_steps, **{k: getattr(opts, k) for k in ("lr", "warmup_steps", "batch_size",
-                                                                          "dropout")}}
-
-    def check(self) -> None:
-        for name, flag in (("steps", "--max-steps"), ("batch_size", "--batch-size")):
-            if getattr(self, name) < 1:
-                raise UserError(f"{flag} must be at least 1, got {getattr(self, name)}")
-        if self.lr <= 0 or self.warmup_steps < 0 or not 0 <= self.dropout < 1:
-            raise UserError("--lr must be positive, --warmup-steps not negative and --dropout in [0, 1)")
 
 
 _T, _Q = BUDGETS["tiny"], BUDGETS["quick"]

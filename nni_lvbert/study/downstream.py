@@ -26,7 +26,8 @@ from ..safeio import read_json
 from .common import Budget, StandaloneStudyOptions, log, shown_path, shown_stats
 from .driver import Plan, Study, Unit, drive
 from .stats import markdown_table
-from .store import Standalone, standalone_accuracy, train_all, validation_batches
+from ..standalone.scoring import standalone_accuracy, validation_batches
+from ..standalone.store import Standalone, train_all
 
 RESULT = "downstream.json"
 DEFAULT_ARCHS = ["searched", "bert", "dynamicconv", "lvbert-small", "sandwich"]

@@ -23,7 +23,7 @@ from ..safeio import read_json
 from ..options import to_dict
 from ..rundir import RunDir
 from .common import StudyOptions, log
-from .store import one_process_each
+from ..standalone.store import one_process_each
 
 # study name (as results record it) -> its module, which holds STUDY
 MODULES = {"ranking": "ranking", "search": "search", "downstream": "downstream", "iot": "iot",

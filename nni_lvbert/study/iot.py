@@ -43,7 +43,8 @@ from .common import Budget, StandaloneStudyOptions, log, shown_path, shown_stats
 from .driver import Plan, Study, Unit, drive, need_supernet
 from .iot_report import report
 from .iot_stats import clustered, goal_test, over_seeds, seed_rows
-from .store import Validation, mlm_model, preset_size, standalone_spec, train_all
+from ..standalone.scoring import Validation, mlm_model
+from ..standalone.store import preset_size, standalone_spec, train_all
 
 RESULT = "iot.json"
 ORDERS_GROUP = "candidate orders (one source)"

@@ -35,7 +35,7 @@ from pathlib import Path
 from ..atomic import copy_file, write_json, write_text
 from ..errors import UserError
 from .common import Budget, log
-from .store import Standalone
+from ..standalone.store import Standalone
 
 CONFIG = "standalone.yml"  # the shipped template's name (experiments/standalone.yml) and the written config's
 SPACE = "standalone_space.json"

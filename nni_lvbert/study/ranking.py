@@ -37,7 +37,8 @@ from .orders import composition, graded_orders, is_mixed, stratified_orders
 from .ranking_report import RESULT, report
 from .reanalyse import reanalyse
 from .stats import kendall, noise_ceiling, rank_correlations, regret, top_overlap
-from .store import Standalone, Validation, preset_size, standalone_spec, train_all
+from ..standalone.scoring import Validation
+from ..standalone.store import Standalone, preset_size, standalone_spec, train_all
 
 _report = report  # the name the tests and older scripts use
 ORDERS = "orders.json"
