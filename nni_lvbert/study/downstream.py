@@ -24,7 +24,7 @@ from ..options import opt
 from ..rundir import RunDir
 from ..safeio import read_json
 from .common import Budget, StandaloneStudyOptions, log, shown_path, shown_stats
-from .driver import Plan, Study, Unit, drive
+from .driver import Plan, Study, Unit
 from .stats import markdown_table
 from ..standalone.scoring import standalone_accuracy, validation_batches
 from ..standalone.store import Standalone, train_all
@@ -294,7 +294,3 @@ def _report(result: dict, out: Path) -> None:
 
 
 STUDY = Study("downstream", RESULT, plan_downstream, units, summarize, _report, lambda result, file: result)
-
-
-def run_downstream(opts: DownstreamOptions) -> dict:
-    return drive(STUDY, opts)

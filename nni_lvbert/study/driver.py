@@ -19,11 +19,11 @@ from typing import Any, Callable
 
 from ..atomic import write_json
 from ..errors import UserError
-from ..safeio import read_json
 from ..options import to_dict
 from ..rundir import RunDir
-from .common import StudyOptions, log
+from ..safeio import read_json
 from ..standalone.store import one_process_each
+from .common import StudyOptions, log
 
 # study name (as results record it) -> its module, which holds STUDY
 MODULES = {"ranking": "ranking", "search": "search", "downstream": "downstream", "iot": "iot",

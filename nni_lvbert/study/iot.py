@@ -40,7 +40,7 @@ from ..options import flat_group, opt
 from ..rundir import OPTIONS, RunDir
 from ..safeio import read_json
 from .common import Budget, StandaloneStudyOptions, log, shown_path, shown_stats
-from .driver import Plan, Study, Unit, drive, need_supernet
+from .driver import Plan, Study, Unit, need_supernet
 from .iot_report import report
 from .iot_stats import clustered, goal_test, over_seeds, seed_rows
 from ..standalone.scoring import Validation, mlm_model
@@ -261,9 +261,6 @@ def answer(result: dict, file: Path) -> dict:
 
 STUDY = Study("iot", RESULT, plan_iot, units, summarize_study, report, answer)
 
-
-def run_iot_study(opts: IOTStudyOptions) -> dict:
-    return drive(STUDY, opts)
 
 
 def summarize(records: list[dict], arrays: list[dict], archs: list[str]) -> dict:

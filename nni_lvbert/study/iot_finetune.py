@@ -35,7 +35,7 @@ from ..iot.method import IOTMethod
 from ..options import flat_group, opt
 from ..safeio import read_json
 from .common import StudyOptions, log, shown_path
-from .driver import Plan, Study, Unit, drive, run_units
+from .driver import Plan, Study, Unit, run_units
 from .iot_report import bar_plot, pm, settings_text
 from .iot_stats import goal_test, seed_spread
 from .stats import markdown_table
@@ -335,7 +335,3 @@ def _plot(result: dict, path: Path) -> None:
 
 
 STUDY = Study("iot-finetune", RESULT, plan_finetune, units, summarize_study, _report, answer)
-
-
-def run_iot_finetune(opts: IOTFinetuneOptions) -> dict:
-    return drive(STUDY, opts)

@@ -38,21 +38,7 @@ def report(result: dict, out: Path) -> None:
                    f"{mean['iot_core_minutes']:.2f}", f"{mean['baseline_core_minutes']:.2f}"])
     d = goal["routed_minus_standalone"]
     z = "n/a" if goal["z"] is None else f"{goal['z']:.2f}"
-    if crossfit:
-        headroom = [f"- headroom: the cross-fitted oracle (each row's order chosen on half of its masked tokens, "
-                    f"scored on the other half) − routed = {pm(mean['oracle_crossfit_minus_routed'], '+')}; the "
-                    f"in-sample oracle − routed = {pm(mean['oracle_minus_routed'], '+')} is an upper bound (its "
-                    "choice also fits the scored tokens' noise)",
-                    f"- the predictor: routed − random routing at the predictor's usage = "
-                    f"{pm(mean['routed_minus_random_at_usage'], '+')}; it agrees with the in-sample oracle's choice "
-                    f"on {mean['agreement']:.3f} of the rows (by chance {mean['agreement_by_chance']:.3f})",
-                    f"- routed − the best shared order chosen on the other half of the validation sequences = "
-                    f"{pm(mean['routed_minus_best_shared_heldout'], '+')} (chosen on the same tokens: "
-                    f"{pm(mean['routed_minus_best_shared'], '+')})"]
-    else:
-        headroom = [f"- headroom: oracle − routed = {mean['oracle']['mean'] - mean['routed']['mean']:+.4f}; predictor "
-                    f"agrees with the oracle's choice on {mean['agreement']:.3f} of the instances (by chance "
-                    f"{mean['agreement_by_chance']:.3f})"]
+    headroom = _headroom(mean, crossfit)
     se_text = ("over seeds and the validation sampling error combined (seeds score the same validation sequences; "
                "iot.json gives se_seeds and se_validation apart)" if crossfit else
                "over seeds, or the token-level error with one seed")
@@ -88,6 +74,24 @@ def report(result: dict, out: Path) -> None:
                            f"{100 * u:.0f}"] for a, u in zip(result["orders"], mean["usage"])])]
     write_text(out / "iot.md", "\n".join(md))
     _plot(result, out / "iot.png")
+
+
+def _headroom(mean: dict, crossfit: bool) -> list[str]:
+    """The headroom and predictor lines (artefacts written before the cross-fitted statistics: one line)."""
+    if crossfit:
+        return [f"- headroom: the cross-fitted oracle (each row's order chosen on half of its masked tokens, "
+                f"scored on the other half) − routed = {pm(mean['oracle_crossfit_minus_routed'], '+')}; the "
+                f"in-sample oracle − routed = {pm(mean['oracle_minus_routed'], '+')} is an upper bound (its "
+                "choice also fits the scored tokens' noise)",
+                f"- the predictor: routed − random routing at the predictor's usage = "
+                f"{pm(mean['routed_minus_random_at_usage'], '+')}; it agrees with the in-sample oracle's choice "
+                f"on {mean['agreement']:.3f} of the rows (by chance {mean['agreement_by_chance']:.3f})",
+                f"- routed − the best shared order chosen on the other half of the validation sequences = "
+                f"{pm(mean['routed_minus_best_shared_heldout'], '+')} (chosen on the same tokens: "
+                f"{pm(mean['routed_minus_best_shared'], '+')})"]
+    return [f"- headroom: oracle − routed = {mean['oracle']['mean'] - mean['routed']['mean']:+.4f}; predictor "
+            f"agrees with the oracle's choice on {mean['agreement']:.3f} of the instances (by chance "
+            f"{mean['agreement_by_chance']:.3f})"]
 
 
 def _seed_row(p: dict, base: str, crossfit: bool) -> list:

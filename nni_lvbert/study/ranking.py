@@ -32,7 +32,7 @@ from ..options import opt
 from ..rundir import RunDir
 from ..safeio import read_json
 from .common import NNICTL_OPTIONS, Budget, StandaloneStudyOptions, log, shown_path, shown_stats
-from .driver import Plan, Study, Unit, drive, need_supernet
+from .driver import Plan, Study, Unit, need_supernet
 from .orders import composition, graded_orders, is_mixed, stratified_orders
 from .ranking_report import RESULT, report
 from .reanalyse import reanalyse
@@ -250,9 +250,6 @@ def answer(result: dict, file: Path) -> dict:
 
 STUDY = Study("ranking", RESULT, plan_ranking, units, summarize, report, answer)
 
-
-def run_ranking(opts: RankingOptions) -> dict:
-    return drive(STUDY, opts)
 
 
 def _budget_check(r, scores, per_seed, mixed: list[int], seed: int) -> dict | None:

@@ -2,7 +2,7 @@
 noise ceiling, the order effect per group, paired ranker comparisons, rank intervals of the picks, and the rankers
 that share the ground truth's first seed scored against the other seeds.
 
-`reanalyse(result)` adds these keys to a ranking result (`run_ranking` calls it; the existing keys stay as they
+`reanalyse(result)` adds these keys to a ranking result (`ranking.summarize` calls it; the existing keys stay as they
 are); its Markdown is `ranking_report.py`'s. From the command line:
 
     python -m nni_lvbert.study.reanalyse runs/study/ranking/ranking.json [--out DIR]

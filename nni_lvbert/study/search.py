@@ -21,7 +21,7 @@ from ..rundir import RunDir
 from ..safeio import read_json
 from ..search.defaults import STRATEGIES, VAL_TOKENS
 from .common import StudyOptions, log, shown_path
-from .driver import Plan, Study, Unit, drive
+from .driver import Plan, Study, Unit
 from .stats import markdown_table
 
 RESULT = "search_study.json"
@@ -186,7 +186,3 @@ def _report(result: dict, out: Path) -> None:
 
 
 STUDY = Study("search", RESULT, plan_search, units, summarize_study, _report, lambda result, file: result)
-
-
-def run_search_study(opts: SearchStudyOptions) -> dict:
-    return drive(STUDY, opts)
