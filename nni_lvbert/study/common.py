@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import ClassVar
 
 from .. import layout
-from ..errors import UserError
 from ..options import OutputOptions, opt
 from ..standalone.scoring import ALL_TOKENS
 from ..standalone.store import Budget, log  # noqa: F401 (the studies' names)
@@ -121,7 +120,3 @@ def shown_path(path) -> str:
 def shown_stats(stats: dict) -> dict:
     """Validation statistics with their data path as `shown_path` gives it."""
     return {**stats, "data": shown_path(stats["data"])}
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
