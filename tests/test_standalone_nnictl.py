@@ -55,7 +55,8 @@ def test_the_written_experiment_has_the_studys_keys_and_the_shipped_config(tiny,
     # the keys the study trains in process, in its order (seed-major)
     opts = RankingOptions(supernet=str(tiny["run"]), quick=True, num_archs=4, baselines=False, num_seeds=1,
                           out=str(tmp_path / "study"))
-    opts, _, k, _, budget, ref, orders = plan_ranking(opts)
+    plan = plan_ranking(opts)
+    opts, k, budget, ref, orders = plan.opts, plan.k, plan.budget, plan.ref, plan.orders
     expected = [s.dirname() for _, s in standalone_specs(orders, range(k), budget=budget, **study_common(opts, ref))]
     assert list(models["models"]) == expected and len(expected) == 4
     spec = writer.spec_from_json(models["models"][expected[0]]["spec"])
@@ -95,7 +96,7 @@ def test_a_trial_reports_an_electra_models_generator_accuracy(tmp_path, monkeypa
     """`study downstream --objective electra`'s models have no val_mlm_acc: the trial reports the generator's MLM
     accuracy (what the study scores them by); a finished model is reported, not trained."""
     from nni_lvbert.study.common import Budget
-    from nni_lvbert.study.store import Standalone
+    from nni_lvbert.standalone.store import Standalone
     from nni_lvbert.study.trial import run_trial
 
     monkeypatch.delenv("NNI_EXP_ID", raising=False)

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..finetune import metrics as M
 from .defaults import C1, C2, CLAMP, TAU
 from .method import IOTMethod
 from .routing import activate, gumbel_noise, iot_loss, path_layers, route_logits, routed_forward, tau_at
@@ -264,3 +265,26 @@ def iot_statistics(res: dict) -> dict:
         "routed_equals_chosen_order": bool((routed == preds[r, choice]).all()),
         "oracle_preds": np.where(oracle, y, routed).tolist(),
     }
+
+
+def score_seed(task, dev_names: list[str], iot: dict, alone: list[dict]) -> dict:
+    """One seed's statistics: `iot.finetune.iot_statistics`, the task's metric of each, and every stand-alone order
+    with the routed model's paired difference against it."""
+    y, names = np.asarray(iot["labels"]), np.asarray(dev_names)
+
+    def metric(preds) -> float:
+        p = np.asarray(preds)
+        return M.task_score({n: M.compute(task.metrics, p[names == n], y[names == n])
+                             for n in dict.fromkeys(dev_names)})
+
+    st = iot_statistics(iot)
+    routed_right = np.asarray(iot["routed"]) == y
+    preds = np.asarray(iot["preds"])
+    st.update(routed_score=metric(iot["routed"]), oracle_score=metric(st.pop("oracle_preds")),
+              order_scores=[metric(preds[:, k]) for k in range(preds.shape[1])])
+    st["standalone"] = {}
+    for a in alone:
+        right = np.asarray(a["preds"])[:, 0] == y
+        st["standalone"][a["orders"][0]] = {**mean_se(right), "score": metric(np.asarray(a["preds"])[:, 0]),
+                                            "routed_minus_this": mean_se(routed_right.astype(float) - right)}
+    return st

@@ -4,7 +4,7 @@ training decides.
 Stage 1 is the search itself (inherited-weight scores). Stage 2 takes the K best distinct orders of its history,
 pre-trains each stand-alone for N MLM steps (the model store under OUT/rerank/, one `lvbert pretrain` run
 directory each: resumable, kill -9 included), scores each on the whole validation split with every token masked
-once (`study.store.Validation`, which keeps each model's metrics in its directory, so a resumed search neither
+once (`standalone.scoring.Validation`, which keeps each model's metrics in its directory, so a resumed search neither
 retrains nor rescores) and picks the best. rerank.json records both stages' scores and costs.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ def check(k: int, steps: int) -> None:
 def budget_for(size: str, steps: int):
     """N steps at the stand-alone pre-training preset of `size` (lr, batch; warm-up at most a tenth of N)."""
     from ..pretrain.train import PretrainOptions
-    from ..study.common import Budget
+    from ..standalone.store import Budget
 
     preset = PretrainOptions(size=size, objective="mlm")
     return Budget(steps=steps, lr=preset.resolved("lr"), warmup_steps=preset.resolved("warmup_steps"),
@@ -48,8 +48,8 @@ def rerank(records: list[dict], k: int, steps: int, scorer, out: Path, seed: int
     """Stage 2 over the history `records`; returns rerank.json's content (its `pick` is the chosen order)."""
     from ..atomic import write_json
     from ..rundir import RunDir
-    from ..study.common import ALL_TOKENS
-    from ..study.store import Validation, preset_size, standalone_spec, train_all
+    from ..standalone.scoring import ALL_TOKENS, Validation
+    from ..standalone.store import preset_size, standalone_spec, train_all
     from ..cost import core_minutes
 
     size = preset_size(scorer)

@@ -2,17 +2,17 @@
 from __future__ import annotations
 
 STUDIES = {
-    "ranking": ("nni_lvbert.study.ranking", "RankingOptions", "run_ranking",
+    "ranking": ("nni_lvbert.study.ranking", "RankingOptions",
                 "rankers (supernets, short training, zero-cost proxies) against a multi-seed stand-alone ground "
                 "truth: Kendall tau with bootstrap intervals, noise ceiling, regret, cost"),
-    "search": ("nni_lvbert.study.search", "SearchStudyOptions", "run_search_study",
+    "search": ("nni_lvbert.study.search", "SearchStudyOptions",
                "Algorithm 1 vs regularized evolution vs random at equal budget over several seeds"),
-    "downstream": ("nni_lvbert.study.downstream", "DownstreamOptions", "run_downstream",
+    "downstream": ("nni_lvbert.study.downstream", "DownstreamOptions",
                    "searched vs baselines after stand-alone pre-training, then fine-tuning with several seeds"),
-    "iot": ("nni_lvbert.study.iot", "IOTStudyOptions", "run_iot_study",
+    "iot": ("nni_lvbert.study.iot", "IOTStudyOptions",
             "instance-wise order (IOT) against its orders, the per-instance oracle and the best order trained "
             "stand-alone on as many sequences, over several seeds, with standard errors and cost"),
-    "iot-finetune": ("nni_lvbert.study.iot_finetune", "IOTFinetuneOptions", "run_iot_finetune",
+    "iot-finetune": ("nni_lvbert.study.iot_finetune", "IOTFinetuneOptions",
                      "IOT runs fine-tuned on a classification task with instance-wise order against each order "
                      "fine-tuned alone from the same weights and the per-instance oracle, over several seeds"),
 }
@@ -25,7 +25,7 @@ def register(sub) -> None:
 
     studies = add_actions(sub, "study", "reproducible studies: supernet ranking, search strategies, downstream, IOT",
                           dest="study", metavar="STUDY")
-    for name, (module, cls, _, help_) in STUDIES.items():
+    for name, (module, cls, help_) in STUDIES.items():
         options = getattr(importlib.import_module(module), cls)
         add_command(studies, name, help_, options, run_study, description=help_, skip=options.not_offered())
 
@@ -35,10 +35,12 @@ def run_study(args) -> dict:
 
     from ..cliargs import options_from_args
 
-    module, cls, fn, _ = STUDIES[args.study]
+    from .driver import drive
+
+    module, cls, _ = STUDIES[args.study]
     mod = importlib.import_module(module)
     opts = options_from_args(getattr(mod, cls), args)
-    result = getattr(mod, fn)(opts)
+    result = drive(mod.STUDY, opts)  # the one study driver: each module declares its STUDY
     if getattr(opts, "nnictl", None):  # the stand-alone trainings written as an experiment (nnictl.py), OUT untouched
         return {"study": args.study, "experiment": opts.nnictl, **result}
     keys = ("kendall_tau", "kendall_tau_ci95", "spearman_rho", "spearman_rho_ci95", "n", "seeds", "budget",

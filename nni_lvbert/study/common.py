@@ -1,5 +1,5 @@
-"""What the three studies share: their options, the stand-alone training budget and the study directory. The
-model store is `store.py`, the statistics and tables `stats.py`.
+"""What the studies share: their options, the stand-alone training budget and the study directory. The driver is
+`driver.py`, the model store `standalone/`, the statistics and tables `stats.py`.
 
 A study directory:
 
@@ -11,57 +11,21 @@ A study directory:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
 from .. import layout
-from ..errors import UserError
-from ..options import OutputOptions, opt, to_dict
+from ..options import OutputOptions, opt
 from ..presets import presets
-from ..rundir import RunDir
+from ..standalone.scoring import ALL_TOKENS
+from ..standalone.store import Budget, log  # noqa: F401 (the studies' names)
 
-ALL_TOKENS = 10**9  # --val-tokens default: the whole validation split
 QUICK_VAL_TOKENS = 4096  # ... and with --quick (scoring on a whole split is minutes per model on a real corpus)
 
 # Stand-alone budgets: the "study" rows of the one preset table (presets.py; "tiny" and the CI-sized "quick"), by
 # Budget's names (steps is --max-steps).
 BUDGETS = {name: {"steps": row.pop("max_steps"), **row} for name, row in presets("study").items()}
-
-
-@dataclass(frozen=True)
-class Budget:
-    """One stand-alone training budget: every compared model gets the same steps, batch and schedule."""
-
-    steps: int
-    lr: float
-    warmup_steps: int
-    batch_size: int
-    dropout: float = 0.0
-
-    def shortened(self, steps: int) -> "Budget":
-        """The same schedule cut to `steps` (short:N, --rerank): warm-up at most a tenth of it."""
-        return dataclasses.replace(self, steps=steps, warmup_steps=min(self.warmup_steps, steps // 10))
-
-    def options(self) -> dict:
-        """As study options (the flags): steps is --max-steps."""
-        values = dataclasses.asdict(self)
-        return {"max_steps": values.pop("steps"), **values}
-
-    @staticmethod
-    def from_options(opts) -> dict:
-        """The budget fields a study's options give (None: the preset's)."""
-        return {"steps": opts.max_steps, **{k: getattr(opts, k) for k in ("lr", "warmup_steps", "batch_size",
-                                                                          "dropout")}}
-
-    def check(self) -> None:
-        for name, flag in (("steps", "--max-steps"), ("batch_size", "--batch-size")):
-            if getattr(self, name) < 1:
-                raise UserError(f"{flag} must be at least 1, got {getattr(self, name)}")
-        if self.lr <= 0 or self.warmup_steps < 0 or not 0 <= self.dropout < 1:
-            raise UserError("--lr must be positive, --warmup-steps not negative and --dropout in [0, 1)")
 
 
 _T, _Q = BUDGETS["tiny"], BUDGETS["quick"]
@@ -154,42 +118,3 @@ def shown_path(path) -> str:
 def shown_stats(stats: dict) -> dict:
     """Validation statistics with their data path as `shown_path` gives it."""
     return {**stats, "data": shown_path(stats["data"])}
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def begin(opts: StudyOptions, what: str) -> StudyOptions:
-    """Check OUT (refuse non-empty without --resume/--overwrite); on --resume take the stored options
-    (`RunDir.begin`)."""
-    opts = RunDir(opts.out, "study", f"{what} directory").begin(opts)
-    if opts.threads:
-        import torch
-
-        torch.set_num_threads(opts.threads)
-    return opts
-
-
-def begin_on_supernet(opts: StudyOptions, takes: str, seeds: int) -> StudyOptions:
-    """`begin` for a study of a reference supernet: --supernet given (`takes`: what the study takes from it) and at
-    least one seed (`seeds`: the study's resolved --num-seeds)."""
-    opts = begin(opts, "study")
-    if not opts.supernet:
-        raise UserError(f"give the reference supernet with --supernet RUN ({takes})")
-    if seeds < 1:
-        raise UserError(f"--num-seeds must be at least 1, got {seeds}")
-    return opts
-
-
-def start(opts: StudyOptions) -> Path:
-    """Create OUT (emptied on --overwrite) and store the options, once every input is checked (`RunDir.open`)."""
-    run = RunDir(opts.out, "study", "study directory")
-    if opts.resume:  # the stored options (the budget written out) stay, but for MAY_CHANGE_ON_RESUME
-        stored, now = run.stored_options() or {}, to_dict(opts)
-        changed = {k: now[k] for k in opts.MAY_CHANGE_ON_RESUME if k in now and stored.get(k) != now[k]}
-        if changed:
-            run.save_options(stored | changed)
-        return run.path
-    budget = opts.budget().options() if opts.TRAINS_MODELS else {}  # a resumed study keeps it under later presets
-    return run.open(opts, to_dict(dataclasses.replace(opts, **budget))).path

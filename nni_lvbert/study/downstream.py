@@ -14,17 +14,20 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import layout
+from ..arch import Arch, named_arch, parse_arch
+from ..atomic import pyplot, save_figure, write_text
 from ..errors import UserError
-from ..rundir import RunDir
 from ..options import opt
-from ..atomic import write_json, write_text
+from ..rundir import RunDir
 from ..safeio import read_json
-from ..atomic import pyplot, save_figure
-from .common import StandaloneStudyOptions, begin, log, shown_path, shown_stats, start
+from .common import Budget, StandaloneStudyOptions, log, shown_path, shown_stats
+from .driver import Plan, Study, Unit
 from .stats import markdown_table
-from .store import Standalone, one_process_each, standalone_accuracy, train_all, validation_batches
+from ..standalone.scoring import standalone_accuracy, validation_batches
+from ..standalone.store import Standalone, train_all
 
 RESULT = "downstream.json"
 DEFAULT_ARCHS = ["searched", "bert", "dynamicconv", "lvbert-small", "sandwich"]
@@ -61,9 +64,7 @@ class DownstreamOptions(StandaloneStudyOptions):
 
 def _resolve_archs(opts: DownstreamOptions, slots: int) -> list[tuple[str, str]]:
     """(label, compact letters) per requested arch; `searched` comes from --searched."""
-    from ..arch import Arch, named_arch
     from ..config import SpaceSpec
-    from ..arch import parse_arch
 
     out = []
     for name in opts.archs:
@@ -88,15 +89,41 @@ def _tag(label: str, p: int, pretrain_seeds: list[int]) -> str:
     return label + (f", pre-training seed {p}" if len(pretrain_seeds) > 1 else "")
 
 
-def plan_downstream(opts: DownstreamOptions):
-    """The study's inputs, checked, nothing written into OUT: (options as resumed, budget, pre-training seeds, the
-    shape, the archs, the prepared data, {(label, pre-training seed): (description, spec)}). `run_downstream` and its
-    --nnictl experiment (`nnictl.py`) share it, so both train the same model keys."""
+@dataclass
+class DownstreamPlan(Plan):
+    """The study's inputs (`plan_downstream`): budget, pre-training seeds, the shape, the archs, the prepared data,
+    {(label, pre-training seed): (description, spec)}; the validation batches once OUT is started."""
+
+    budget: Budget
+    pretrain_seeds: list[int]
+    cfg: Any
+    archs: list
+    data: Any
+    specs: dict
+    validation: tuple | None = None
+
+    def standalone(self) -> list:
+        return list(self.specs.values())
+
+    def ft_seeds(self) -> list[int]:
+        return self.opts.finetune_seeds or ([0, 1] if self.opts.quick else [0, 1, 2])
+
+    def ft_cap(self) -> int | None:
+        return self.opts.finetune_max_steps if self.opts.finetune_max_steps is not None else (
+            4 if self.opts.quick else None)
+
+    def ft_dir(self, out: Path, key) -> Path:
+        label, p = key
+        return out / "finetune" / (label if len(self.pretrain_seeds) == 1 else f"{label}-pretrain{p}")
+
+
+def plan_downstream(opts: DownstreamOptions) -> DownstreamPlan:
+    """The study's inputs, checked, nothing written into OUT (`drive` and the --nnictl experiment share it, so both
+    train the same model keys)."""
     from ..config import load_size
     from ..data import PreparedData, prepare
     from ..pretrain.objectives import OBJECTIVES
 
-    opts = begin(opts, "study")
     if opts.objective not in OBJECTIVES:
         raise UserError(f"unknown objective {opts.objective!r}; choose one of {', '.join(OBJECTIVES)}")
     budget = opts.budget()
@@ -113,68 +140,61 @@ def plan_downstream(opts: DownstreamOptions):
                           Standalone(arch=letters, objective=opts.objective, size=opts.size, model_config=cfg.to_dict(),
                                      budget=budget, data=str(data.path), seed=p, data_seed=opts.data_seed))
              for label, letters in archs for p in pretrain_seeds}
-    return opts, budget, pretrain_seeds, cfg, archs, data, specs
+    return DownstreamPlan(opts, budget, pretrain_seeds, cfg, archs, data, specs)
 
 
-def run_downstream(opts: DownstreamOptions) -> dict:
+def units(plan: DownstreamPlan, out: Path) -> list[Unit]:
+    """Every arch x pre-training seed pre-trained into the store (`train_all`), then one unit per model: its
+    fine-tunings (OUT/finetune/<arch>[-pretrain<seed>]/results.json, finished when made from this model)."""
     from ..finetune.run import FinetuneOptions, finetune
-    from ..info import param_counts
-    from ..arch import parse_arch
 
-    opts, budget, pretrain_seeds, cfg, archs, data, specs = plan_downstream(opts)
-    if opts.nnictl:  # the pre-trainings as an nnictl experiment (nnictl.py): no fine-tuning, nothing in OUT
-        from .nnictl import write_study_experiment
-
-        return write_study_experiment(opts, list(specs.values()))
-    ft_seeds = opts.finetune_seeds or ([0, 1] if opts.quick else [0, 1, 2])
-    ft_cap = opts.finetune_max_steps if opts.finetune_max_steps is not None else (4 if opts.quick else None)
-    out = start(opts)
-    batches, val_stats = validation_batches(str(data.path), cfg, opts.validation_tokens())
-
-    runs = dict(zip(specs, train_all(list(specs.values()), opts.store(), opts.progress)))
-
-    def ft_dir(key) -> Path:
-        label, p = key
-        return out / "finetune" / (label if len(pretrain_seeds) == 1 else f"{label}-pretrain{p}")
-
-    def tuned(key) -> bool:
-        done = ft_dir(key) / "results.json"
-        return done.is_file() and read_json(done).get("model") == str(runs[key] / "hf")
-
-    def tune(key) -> None:
-        if tuned(key):  # by another process meanwhile
-            return
-        d = ft_dir(key)
-        log(f"[{list(runs).index(key) + 1}/{len(runs)}] {_tag(*key, pretrain_seeds)}: fine-tuning on "
-            f"{', '.join(opts.tasks)}, seeds {ft_seeds}")
-        # results.json of another model (its pre-training was redone): resumed, finetune's --resume checks the model
-        flags = RunDir(d, "finetune").continuation(done="results.json", marker="options.json") or {
-            "resume": True, "overwrite": False}
-        finetune(FinetuneOptions.flat(model=str(runs[key] / "hf"), tasks=list(opts.tasks), data=opts.task_data,
-                                 out=str(d), seeds=list(ft_seeds), max_length=cfg.max_length, max_steps=ft_cap,
-                                 max_train_examples=64 if opts.quick else None, accelerator="cpu",
-                                 progress=opts.progress, **flags))
-
+    opts, ft_seeds = plan.opts, plan.ft_seeds()
+    plan.validation = validation_batches(str(plan.data.path), plan.cfg, opts.validation_tokens())
+    runs = dict(zip(plan.specs, train_all(list(plan.specs.values()), opts.store(), opts.progress)))
     (out / "finetune").mkdir(exist_ok=True)
-    one_process_each(list(runs), lambda key: out / "finetune" / f".{ft_dir(key).name}.lock", tune, skip=tuned)
+
+    def unit(i: int, key) -> Unit:
+        d = plan.ft_dir(out, key)
+
+        def tune() -> None:
+            log(f"[{i + 1}/{len(runs)}] {_tag(*key, plan.pretrain_seeds)}: fine-tuning on {', '.join(opts.tasks)}, "
+                f"seeds {ft_seeds}")
+            # results.json of another model (its pre-training was redone): resumed, --resume checks the model
+            flags = RunDir(d, "finetune").continuation(done="results.json", marker="options.json") or {
+                "resume": True, "overwrite": False}
+            finetune(FinetuneOptions.flat(model=str(runs[key] / "hf"), tasks=list(opts.tasks), data=opts.task_data,
+                                          out=str(d), seeds=list(ft_seeds), max_length=plan.cfg.max_length,
+                                          max_steps=plan.ft_cap(), max_train_examples=64 if opts.quick else None,
+                                          accelerator="cpu", progress=opts.progress, **flags))
+
+        def tuned() -> bool:
+            done = d / "results.json"
+            return done.is_file() and read_json(done).get("model") == str(runs[key] / "hf")
+
+        return Unit(d / "results.json", tune, save=None, lock=out / "finetune" / f".{d.name}.lock", finished=tuned)
+
+    return [unit(i, key) for i, key in enumerate(runs)]
+
+
+def summarize(plan: DownstreamPlan, out: Path, tuned: list) -> dict:
+    from ..info import param_counts
+
+    opts, (batches, val_stats), ft_seeds = plan.opts, plan.validation, plan.ft_seeds()
+    ft = dict(zip(plan.specs, tuned))
     rows = []
-    for label, letters in archs:
+    for label, letters in plan.archs:
         per_seed = []  # one entry per pre-training seed
-        for p in pretrain_seeds:
-            run, ft = runs[label, p], read_json(ft_dir((label, p)) / "results.json")
+        for p in plan.pretrain_seeds:
+            run = Path(opts.store()) / plan.specs[label, p][1].dirname()
             per_seed.append({"seed": p, "run": str(run), "mlm_acc": standalone_accuracy(run, batches),
                              "disc_auc": read_json(run / "meta.json").get("final", {}).get("val_disc_auc"),
                              "tasks": {t: [r["score_per_seed"][str(s)] for s in ft_seeds]
-                                       for t, r in ft["tasks"].items()}})
-        rows.append(_row(label, letters, param_counts(cfg, parse_arch(letters))["backbone"], per_seed))
-    result = {"study": "downstream", "size": opts.size, "objective": opts.objective, "budget": budget.__dict__,
-              "seed": opts.seed, "data": shown_path(data.path), "validation": shown_stats(val_stats),
-              "tasks": list(opts.tasks),
-              "pretrain_seeds": pretrain_seeds, "ft_seeds": ft_seeds, "ft_max_steps": ft_cap, "rows": rows,
-              "comparisons": compare(rows)}
-    _report(result, out)
-    write_json(out / RESULT, result)
-    return result
+                                       for t, r in ft[label, p]["tasks"].items()}})
+        rows.append(_row(label, letters, param_counts(plan.cfg, parse_arch(letters))["backbone"], per_seed))
+    return {"study": "downstream", "size": opts.size, "objective": opts.objective, "budget": plan.budget.__dict__,
+            "seed": opts.seed, "data": shown_path(plan.data.path), "validation": shown_stats(val_stats),
+            "tasks": list(opts.tasks), "pretrain_seeds": plan.pretrain_seeds, "ft_seeds": ft_seeds,
+            "ft_max_steps": plan.ft_cap(), "rows": rows, "comparisons": compare(rows)}
 
 
 def _row(label: str, letters: str, backbone_params: int, per_seed: list[dict]) -> dict:
@@ -271,3 +291,6 @@ def _report(result: dict, out: Path) -> None:
         ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     save_figure(fig, out / "downstream.png", dpi=110, bbox_inches="tight")
+
+
+STUDY = Study("downstream", RESULT, plan_downstream, units, summarize, _report, lambda result, file: result)

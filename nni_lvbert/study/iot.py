@@ -24,21 +24,27 @@ instead, and nothing else is done (`nnictl.py`); the study run again without it 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .. import layout
 from ..atomic import atomic_path, write_json
+from ..cost import core_minutes, scoring_minutes
 from ..errors import UserError
 from ..iot.method import IOTMethod
 from ..options import flat_group, opt
 from ..rundir import OPTIONS, RunDir
 from ..safeio import read_json
-from .common import StandaloneStudyOptions, begin_on_supernet, log, shown_path, shown_stats, start
+from .common import Budget, StandaloneStudyOptions, log, shown_path, shown_stats
+from .driver import Plan, Study, Unit, need_supernet
 from .iot_report import report
-from .iot_stats import clustered, over_seeds, seed_rows
+from .iot_stats import clustered, goal_test, over_seeds, seed_rows
+from ..standalone.scoring import Validation, mlm_model
+from ..standalone.store import preset_size, standalone_spec, train_all
 
 RESULT = "iot.json"
 ORDERS_GROUP = "candidate orders (one source)"
@@ -104,7 +110,7 @@ def _accelerator() -> str:
 
 def _train_iot(opts: IOTStudyOptions, path: Path, seed: int, budget, m: int | None) -> None:
     """One seed's IOT run (skipped when finished, resumed when interrupted)."""
-    from ..iot.train import IOTOptions, train_iot
+    from ..iot.train import IOTOptions, train_iot  # torch: lvbert's start-up imports this module
 
     flags = RunDir(path, "IOT").continuation(marker=OPTIONS)
     if flags is None:
@@ -133,70 +139,78 @@ def _unit_identity(opts: IOTStudyOptions, archs, budget, alone, validation) -> d
             "sequences": validation.identity["sequences"]}
 
 
-def _load_unit(units: Path, seed: int, identity: dict) -> tuple[dict, dict] | None:
-    """A finished unit's record and arrays, None when not finished; refused when made with other settings."""
-    record_file, arrays_file = _unit_paths(units, seed)
-    if not record_file.is_file():
-        return None
+def _load_unit(record_file: Path, identity: dict) -> tuple[dict, dict]:
+    """A finished unit's record and arrays; refused when made with other settings."""
     record = read_json(record_file, "IOT study unit")
     made = record.get("identity")
     if made != identity:
         differs = sorted(k for k in identity if (made or {}).get(k) != identity[k])
         raise UserError(f"{record_file} was scored with other settings ({', '.join(differs) or 'unknown'}); give "
                         "another --units directory or remove it")
-    with np.load(arrays_file) as z:
+    with np.load(record_file.with_suffix(".npz")) as z:
         return record, {k: z[k] for k in z.files}
 
 
-def _unit(opts: IOTStudyOptions, out: Path, units: Path, seed: int, budget, m, specs, validation,
-          identity: dict) -> tuple[dict, dict]:
-    """One seed: IOT, its M stand-alone baselines and the token-level scores (units/seed<k>.npz) with the costs
-    (units/seed<k>.json, written last: its presence marks the unit finished). A finished unit trains nothing."""
-    import time
+def _save_unit(record_file: Path, unit: tuple[dict, dict]) -> None:
+    """seed<k>.npz, then seed<k>.json (written last: its presence marks the unit finished)."""
+    with atomic_path(record_file.with_suffix(".npz"), suffix=".npz") as tmp:
+        np.savez_compressed(tmp, **unit[1])
+    write_json(record_file, unit[0])
 
-    from ..cost import core_minutes, scoring_minutes
-    from ..iot.rundir import load_iot
+
+def _unit(plan: "IOTPlan", out: Path, seed: int) -> tuple[dict, dict]:
+    """One seed: IOT, its M stand-alone baselines and the token-level scores (`iot.scoring`) with the costs."""
+    from ..iot.rundir import load_iot  # torch
     from ..iot.scoring import iot_tokens, model_tokens
-    from .store import mlm_model, train_all
 
-    done = _load_unit(units, seed, identity)
-    if done is not None:
-        log(f"[seed {seed}] unit finished: {_unit_paths(units, seed)[0]}")
-        return done
+    opts, budget, validation, archs = plan.opts, plan.budget, plan.validation, plan.archs
     iot_dir = out / "iot" / f"seed{seed}"
-    archs = identity["orders"]
     log(f"[seed {seed}] IOT over {', '.join(archs)}: {budget.steps} steps of batch {budget.batch_size}")
-    _train_iot(opts, iot_dir, seed, budget, m)
-    paths = dict(zip(archs, train_all(specs, opts.store(), opts.progress)))
+    _train_iot(opts, iot_dir, seed, budget, plan.m)
+    paths = dict(zip(archs, train_all(plan.specs[seed], opts.store(), opts.progress)))
     log(f"[seed {seed}] scoring IOT's routed model, its {len(archs)} orders and the stand-alone models on "
         f"{len(validation.batches)} validation batches")
     started = time.perf_counter()
     arrays = iot_tokens(load_iot(iot_dir), validation.batches)
     arrays["standalone"] = np.stack([model_tokens(mlm_model(paths[a]), validation.batches) for a in archs], -1)
-    record = {"seed": seed, "identity": identity,
+    record = {"seed": seed, "identity": plan.identity,
               "core_minutes": {"iot": core_minutes(RunDir(iot_dir, "IOT").meta),
                                "standalone": {a: core_minutes(RunDir(p, "pretrain").meta) for a, p in paths.items()}},
               "scoring_core_minutes": scoring_minutes(time.perf_counter() - started)}
-    record_file, arrays_file = _unit_paths(units, seed)
-    with atomic_path(arrays_file, suffix=".npz") as tmp:
-        np.savez_compressed(tmp, **arrays)
-    write_json(record_file, record)
     return record, arrays
 
 
-def plan_iot(opts: IOTStudyOptions):
-    """The study's inputs, checked, nothing written: (options as resumed, M as given, budget, the supernet, its data,
-    the stand-alone budget, the supernet's sequences, the orders' letters, every seed's stand-alone specs).
-    `run_iot_study` and its --nnictl experiment (`nnictl.py`) share it, so both train the same model keys."""
+@dataclass
+class IOTPlan(Plan):
+    """The study's inputs (`plan_iot`): M as given, budget, the supernet and its data, the stand-alone budget, the
+    supernet's sequences, the orders' letters, every seed's stand-alone specs; without --nnictl the validation
+    tokens and what a unit's scores are a function of."""
+
+    m: int | None
+    budget: Budget
+    sn: Any
+    data: str
+    alone: Budget
+    before: int | None
+    archs: list[str]
+    specs: dict
+    validation: Validation | None = None
+    identity: dict | None = None
+
+    def standalone(self) -> list:
+        return [s for seed_specs in self.specs.values() for s in seed_specs]
+
+
+def plan_iot(opts: IOTStudyOptions) -> IOTPlan:
+    """The study's inputs, checked, nothing written (`drive` and the --nnictl experiment share it, so both train the
+    same model keys)."""
     from ..iot.orders import resolve_orders
+    from ..supernet.rundir import load_supernet
 
-    opts = begin_on_supernet(opts, "IOT starts from it", _defaults(opts)[0])
     k, m = _defaults(opts)
+    need_supernet(opts, "IOT starts from it", k)
     budget = opts.budget()
-    from ..supernet.rundir import load_supernet  # torch: once the options are checked
-    from .store import preset_size, standalone_spec
-
-    sn = load_supernet(opts.supernet)
+    sn = load_supernet(opts.supernet)  # torch: once the options are checked
     orders, _ = resolve_orders(sn.spec, opts.orders, opts.orders_from, opts.block, m)
     opts.method.check(len(orders))
     data = (sn.meta.get("data") or {}).get("path")
@@ -207,37 +221,46 @@ def plan_iot(opts: IOTStudyOptions):
     archs = [o.compact for o in orders]
     specs = {seed: [(f"stand-alone MLM training of {a} (seed {seed})", standalone_spec(a, seed, **common))
                     for a in archs] for seed in range(opts.seed, opts.seed + k)}
-    return opts, m, budget, sn, data, alone, before, archs, specs
+    plan = IOTPlan(opts, m, budget, sn, data, alone, before, archs, specs)
+    if not opts.nnictl:
+        plan.validation = Validation.load(data, sn.cfg, opts.validation_tokens(), "full", opts.data_seed)
+        plan.identity = _unit_identity(opts, archs, budget, alone, plan.validation)
+    return plan
 
 
-def run_iot_study(opts: IOTStudyOptions) -> dict:
-    from ..cost import core_minutes
+def units(plan: IOTPlan, out: Path) -> list[Unit]:
+    """One per seed (--units DIR, default OUT/units): seed<k>.json (costs, settings) and seed<k>.npz (token-level
+    scores). A finished unit trains nothing."""
+    folder = Path(plan.opts.units) if plan.opts.units else out / "units"
 
-    opts, m, budget, sn, data, alone, before, archs, specs = plan_iot(opts)
-    if opts.nnictl:  # the stand-alone baselines as an nnictl experiment (nnictl.py): nothing else done here
-        from .nnictl import write_study_experiment
+    def unit(seed: int) -> Unit:
+        file = _unit_paths(folder, seed)[0]
+        return Unit(file, lambda: _unit(plan, out, seed), lambda f: _load_unit(f, plan.identity), _save_unit,
+                    lock=out / f".unit-seed{seed}.lock", skipped=f"[seed {seed}] unit finished: {file}")
 
-        return write_study_experiment(opts, [s for seed_specs in specs.values() for s in seed_specs])
-    from .store import Validation
+    return [unit(seed) for seed in plan.specs]
 
-    validation = Validation.load(data, sn.cfg, opts.validation_tokens(), "full", opts.data_seed)
-    out = start(opts)
-    units = Path(opts.units) if opts.units else out / "units"
-    identity = _unit_identity(opts, archs, budget, alone, validation)
-    seeds = list(specs)
-    done = [_unit(opts, out, units, seed, budget, m, specs[seed], validation, identity) for seed in seeds]
-    result = summarize([r for r, _ in done], [a for _, a in done], archs)
-    result.update(study="iot", supernet=shown_path(opts.supernet), data=shown_path(data), seeds=seeds,
-                  budget=budget.__dict__, m=len(archs), settings=opts.method.settings(),
+
+def summarize_study(plan: IOTPlan, out: Path, done: list) -> dict:
+    opts, sn, budget, alone = plan.opts, plan.sn, plan.budget, plan.alone
+    result = summarize([r for r, _ in done], [a for _, a in done], plan.archs)
+    result.update(study="iot", supernet=shown_path(opts.supernet), data=shown_path(plan.data), seeds=list(plan.specs),
+                  budget=budget.__dict__, m=len(plan.archs), settings=opts.method.settings(),
                   auxiliary_losses={"L_D": opts.method.c1 > 0, "L_S": opts.method.c2 > 0},
-                  validation=shown_stats(validation.identity),
+                  validation=shown_stats(plan.validation.identity),
                   supernet_core_minutes=core_minutes(sn.meta) if "train_seconds" in sn.meta else None,
                   standalone_budget=alone.__dict__, equal_tokens=opts.equal_tokens,
-                  sequences={"supernet": before, "iot": budget.steps * budget.batch_size,
+                  sequences={"supernet": plan.before, "iot": budget.steps * budget.batch_size,
                              "standalone": alone.steps * alone.batch_size})
-    report(result, out)
-    write_json(out / RESULT, result)
-    return {"seeds": seeds, "orders": archs, "result": str(out / RESULT), "goal": result["goal"]}
+    return result
+
+
+def answer(result: dict, file: Path) -> dict:
+    return {"seeds": result["seeds"], "orders": result["orders"], "result": str(file), "goal": result["goal"]}
+
+
+STUDY = Study("iot", RESULT, plan_iot, units, summarize_study, report, answer)
+
 
 
 def summarize(records: list[dict], arrays: list[dict], archs: list[str]) -> dict:
@@ -254,9 +277,7 @@ def summarize(records: list[dict], arrays: list[dict], archs: list[str]) -> dict
         return over_seeds([get(r["y"]) for r in rows], n, seq)
 
     base = max(archs, key=lambda a: np.mean([s["standalone"][a]["mean"] for s in per_seed]))
-    diff = over(lambda y: y["routed"] - y[f"standalone:{base}"])
-    goal = {"baseline": base, "routed_minus_standalone": diff, "z": diff["mean"] / diff["se"] if diff["se"] else None,
-            "met": bool(diff["se"] and diff["mean"] > 2 * diff["se"])}
+    goal = goal_test(base, over(lambda y: y["routed"] - y[f"standalone:{base}"]))
     costs = [rec["core_minutes"] for rec in records]
     return {
         "orders": archs,

@@ -21,20 +21,23 @@ in core-minutes. Resumable: finished runs and seeds are kept.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .. import layout
-from ..atomic import pyplot, save_figure, write_json, write_text
+from typing import Any
+
+from ..atomic import write_text
 from ..errors import UserError
 from ..iot.method import IOTMethod
 from ..options import flat_group, opt
 from ..safeio import read_json
-from .common import StudyOptions, begin, log, shown_path, start
-from .iot_report import pm, settings_text
+from .common import StudyOptions, log, shown_path
+from .driver import Plan, Study, Unit, run_units
+from .iot_report import bar_plot, pm, settings_text
+from .iot_stats import goal_test, seed_spread
 from .stats import markdown_table
 
 RESULT = "iot-finetune.json"
@@ -120,36 +123,11 @@ def sources(opts: IOTFinetuneOptions) -> list[tuple[int, Path]]:
 
 
 def load(opts: IOTFinetuneOptions, run: Path):
-    """(task, tokenizer, max length, train rows, {dev name: rows}) for the IOT run `run`; one line when unusable."""
-    from transformers import AutoTokenizer
+    """(task, tokenizer, max length, train rows, {dev name: rows}) for the IOT run `run` (`iot.finetune_task`)."""
+    from ..iot.finetune_task import task_rows  # transformers: once the options are checked
 
-    from ..finetune.module import encode
-    from ..finetune.tasks import load_task
-    from ..rundir import RunDir
-
-    if not opts.task:
-        raise UserError("no task given (--task, e.g. sotu-era)")
-    task = load_task(opts.task, opts.task_data, None, opts.text_column, opts.text_pair_column, opts.label_column)
-    if task.kind != "classification":
-        raise UserError(f"--task {opts.task} is a {task.kind} task; IOT fine-tuning takes classification tasks "
-                        "(an instance is right or wrong under each order)")
-    positions = RunDir(run, "IOT").cfg.max_position
-    length = opts.max_length or min(128, positions)
-    if length > positions:
-        raise UserError(f"--max-length {length} exceeds the model's position table ({positions})")
-    tok = AutoTokenizer.from_pretrained(str(run / "tokenizer"))
-    n, d = opts.quick_or("max_train_examples"), opts.quick_or("max_dev_examples")
-    dev = {name: encode(tok, first(s, d), task, length, train=False) for name, s in task.dev.items()}
-    return task, tok, length, encode(tok, first(task.train, n), task, length, train=True), dev
-
-
-def first(split, n: int | None):
-    """n examples spread evenly over a split (every len/n-th: splits sorted by label keep every label); all: None."""
-    if not n or n >= len(split):
-        return split
-    idx = np.linspace(0, len(split) - 1, n).round().astype(int).tolist()
-    return dataclasses.replace(split, text_a=[split.text_a[i] for i in idx], labels=[split.labels[i] for i in idx],
-                               text_b=[split.text_b[i] for i in idx] if split.text_b else None)
+    return task_rows(run, opts.task, opts.task_data, (opts.text_column, opts.text_pair_column, opts.label_column),
+                     opts.max_length, opts.quick_or("max_train_examples"), opts.quick_or("max_dev_examples"))
 
 
 def recipe(opts: IOTFinetuneOptions, task, n_train: int):
@@ -169,98 +147,96 @@ def recipe(opts: IOTFinetuneOptions, task, n_train: int):
                   method=opts.method)
 
 
-def _part(path: Path, what: str, train) -> dict:
-    """One fine-tuning's result file: read when finished, else trained and written."""
-    if path.is_file():
-        log(f"{what}: finished earlier, skipped")
-        return read_json(path)
-    log(f"{what}: training")
-    res = train()
-    write_json(path, res)
-    return res
+@dataclass
+class FinetunePlan(Plan):
+    """The study's inputs (`plan_finetune`): (seed, IOT run) pairs, the task and its encoded rows (from the first
+    run's tokenizer), the recipe, the orders and the device."""
+
+    pairs: list
+    task: Any
+    tok: Any
+    length: int
+    train_rows: list
+    dev: dict
+    recipe: Any
+    orders: list
+    device: str
+
+    @property
+    def dev_rows(self) -> list:
+        return [r for rows in self.dev.values() for r in rows]
+
+    @property
+    def dev_names(self) -> list[str]:
+        return [n for n, rows in self.dev.items() for _ in rows]
 
 
-def score_seed(task, dev_names: list[str], iot: dict, alone: list[dict]) -> dict:
-    """One seed's statistics: `iot.finetune.iot_statistics`, the task's metric of each, and every stand-alone order
-    with the routed model's paired difference against it."""
-    from ..finetune import metrics as M
-    from ..iot.finetune import iot_statistics, mean_se
-
-    y, names = np.asarray(iot["labels"]), np.asarray(dev_names)
-
-    def metric(preds) -> float:
-        p = np.asarray(preds)
-        return M.task_score({n: M.compute(task.metrics, p[names == n], y[names == n])
-                             for n in dict.fromkeys(dev_names)})
-
-    st = iot_statistics(iot)
-    routed_right = np.asarray(iot["routed"]) == y
-    preds = np.asarray(iot["preds"])
-    st.update(routed_score=metric(iot["routed"]), oracle_score=metric(st.pop("oracle_preds")),
-              order_scores=[metric(preds[:, k]) for k in range(preds.shape[1])])
-    st["standalone"] = {}
-    for a in alone:
-        right = np.asarray(a["preds"])[:, 0] == y
-        st["standalone"][a["orders"][0]] = {**mean_se(right), "score": metric(np.asarray(a["preds"])[:, 0]),
-                                            "routed_minus_this": mean_se(routed_right.astype(float) - right)}
-    return st
-
-
-def run_iot_finetune(opts: IOTFinetuneOptions) -> dict:
-    from ..cost import scoring_minutes
-    from ..iot.finetune import train_and_predict
+def plan_finetune(opts: IOTFinetuneOptions) -> FinetunePlan:
     from ..rundir import RunDir
 
-    opts = begin(opts, "study")
     pairs = sources(opts)
     task, tok, length, train_rows, dev = load(opts, pairs[0][1])
     rec = recipe(opts, task, len(train_rows))
     orders = RunDir(pairs[0][1], "IOT").read_json("orders.json")["orders"]
-    dev_rows = [r for rows in dev.values() for r in rows]
-    dev_names = [n for n, rows in dev.items() for _ in rows]
     import torch  # once the options are checked
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    out = start(opts)
-    per_seed = []
-    for i, (seed, run) in enumerate(pairs):
-        file = out / "scores" / f"seed{seed}.json"
-        if file.is_file():
-            log(f"[seed {seed} {i + 1}/{len(pairs)}] finished earlier: skipped")
-            per_seed.append(read_json(file))
-            continue
-        if i:
-            task, tok, length, train_rows, dev = load(opts, run)
-        m = len(RunDir(run, "IOT").read_json("orders.json")["orders"])
-        head = f"[seed {seed} {i + 1}/{len(pairs)}]"
-        log(f"{head} {shown_path(run)} on {task.name}: {rec.steps} steps of batch {rec.batch_size} per fine-tuning "
-            f"({len(train_rows)} training, {len(dev_rows)} dev examples): IOT over {m} orders, then each order alone")
+    return FinetunePlan(opts, pairs, task, tok, length, train_rows, dev, rec, orders, device)
 
-        def train(orders, what):
-            return lambda: train_and_predict(run, orders, train_rows, dev_rows, task.num_labels, tok.pad_token_id,
-                                             rec, seed, device, log=lambda s: log(f"{head} {what}: {s}"))
 
-        parts = out / "runs" / f"seed{seed}"
-        iot = _part(parts / "iot.json", f"{head} IOT fine-tuning", train(None, "IOT"))
-        alone = [_part(parts / f"order{k}.json", f"{head} order {k} ({iot['orders'][k]}) alone",
-                       train([k], f"order {k}")) for k in range(m)]
-        res = {"seed": seed, "iot_run": shown_path(run), "orders": iot["orders"],
-               **score_seed(task, dev_names, iot, alone),
-               "core_minutes": {"iot": scoring_minutes(iot["train_seconds"] + iot["eval_seconds"]),
-                                "standalone": {a["orders"][0]: scoring_minutes(a["train_seconds"] + a["eval_seconds"])
-                                               for a in alone}}}
-        write_json(file, res)
-        log(f"{head} routed {res['routed']['mean']:.4f}, oracle {res['oracle']['mean']:.4f}, orders (IOT weights) "
-            + ", ".join(f"{o['mean']:.4f}" for o in res["orders_iot"]) + "; alone "
-            + ", ".join(f"{v['mean']:.4f}" for v in res["standalone"].values()))
-        per_seed.append(res)
+def units(plan: FinetunePlan, out: Path) -> list[Unit]:
+    """One per seed (scores/seed<k>.json), each made of its fine-tunings (runs/seed<k>/iot.json, order<j>.json)."""
+    n = len(plan.pairs)
+    return [Unit(out / "scores" / f"seed{seed}.json", lambda i=i, seed=seed, run=run: _seed(plan, out, i, seed, run),
+                 skipped=f"[seed {seed} {i + 1}/{n}] finished earlier: skipped")
+            for i, (seed, run) in enumerate(plan.pairs)]
+
+
+def _seed(plan: FinetunePlan, out: Path, i: int, seed: int, run: Path) -> dict:
+    """One seed: IOT fine-tuning, then each order alone from the same weights; scored on the dev split."""
+    from ..cost import scoring_minutes
+    from ..iot.finetune import score_seed, train_and_predict
+    from ..rundir import RunDir
+
+    opts, rec, dev_rows = plan.opts, plan.recipe, plan.dev_rows
+    task, tok, train_rows = plan.task, plan.tok, plan.train_rows
+    if i:
+        task, tok, _, train_rows, _ = load(opts, run)
+    m = len(RunDir(run, "IOT").read_json("orders.json")["orders"])
+    head = f"[seed {seed} {i + 1}/{len(plan.pairs)}]"
+    log(f"{head} {shown_path(run)} on {task.name}: {rec.steps} steps of batch {rec.batch_size} per fine-tuning "
+        f"({len(train_rows)} training, {len(dev_rows)} dev examples): IOT over {m} orders, then each order alone")
+
+    def part(file: str, what: str, short: str, orders) -> Unit:
+        def train():
+            log(f"{head} {what}: training")
+            return train_and_predict(run, orders, train_rows, dev_rows, task.num_labels, tok.pad_token_id, rec,
+                                     seed, plan.device, log=lambda s: log(f"{head} {short}: {s}"))
+
+        return Unit(out / "runs" / f"seed{seed}" / file, train, skipped=f"{head} {what}: finished earlier, skipped")
+
+    (iot,) = run_units([part("iot.json", "IOT fine-tuning", "IOT", None)])
+    alone = run_units([part(f"order{k}.json", f"order {k} ({iot['orders'][k]}) alone", f"order {k}", [k])
+                       for k in range(m)])
+    res = {"seed": seed, "iot_run": shown_path(run), "orders": iot["orders"],
+           **score_seed(task, plan.dev_names, iot, alone),
+           "core_minutes": {"iot": scoring_minutes(iot["train_seconds"] + iot["eval_seconds"]),
+                            "standalone": {a["orders"][0]: scoring_minutes(a["train_seconds"] + a["eval_seconds"])
+                                           for a in alone}}}
+    log(f"{head} routed {res['routed']['mean']:.4f}, oracle {res['oracle']['mean']:.4f}, orders (IOT weights) "
+        + ", ".join(f"{o['mean']:.4f}" for o in res["orders_iot"]) + "; alone "
+        + ", ".join(f"{v['mean']:.4f}" for v in res["standalone"].values()))
+    return res
+
+
+def summarize_study(plan: FinetunePlan, out: Path, per_seed: list) -> dict:
+    task = plan.task
     result = summarize(per_seed)
-    result.update(study="iot-finetune", task=task.name, metric="+".join(task.metrics), seeds=[s for s, _ in pairs],
-                  iot_runs=[shown_path(r) for _, r in pairs], m=len(orders), recipe=rec.to_dict(),
-                  max_length=length, train_examples=len(train_rows), dev_examples=len(dev_rows), device=device)
-    _report(result, out)
-    write_json(out / RESULT, result)
-    return {"seeds": result["seeds"], "orders": result["orders"], "result": str(out / RESULT), "goal": result["goal"]}
+    result.update(study="iot-finetune", task=task.name, metric="+".join(task.metrics),
+                  seeds=[s for s, _ in plan.pairs], iot_runs=[shown_path(r) for _, r in plan.pairs],
+                  m=len(plan.orders), recipe=plan.recipe.to_dict(), max_length=plan.length,
+                  train_examples=len(plan.train_rows), dev_examples=len(plan.dev_rows), device=plan.device)
+    return result
 
 
 def summarize(per_seed: list[dict]) -> dict:
@@ -271,7 +247,7 @@ def summarize(per_seed: list[dict]) -> dict:
 
     def over(get) -> dict:
         v = np.array([get(s)["mean"] for s in per_seed])
-        spread = float(v.std(ddof=1) / np.sqrt(k)) if k > 1 else None
+        spread = seed_spread(v)
         inst = float(np.sqrt(np.sum(np.square([get(s)["se"] for s in per_seed]))) / k)
         return {"mean": float(v.mean()), "se": spread if spread is not None else inst, "se_seeds": spread,
                 "se_instances": inst, "per_seed": v.tolist()}
@@ -281,7 +257,6 @@ def summarize(per_seed: list[dict]) -> dict:
 
     base = max(archs, key=lambda a: (np.mean([s["standalone"][a]["score"] for s in per_seed]),
                                      np.mean([s["standalone"][a]["mean"] for s in per_seed])))
-    diff = over(lambda s: s["standalone"][base]["routed_minus_this"])
     agree = [s["agreement"] for s in per_seed if s["agreement"] is not None]
     chance = [s["agreement_by_chance"] for s in per_seed if s["agreement_by_chance"] is not None]
     return {
@@ -297,10 +272,12 @@ def summarize(per_seed: list[dict]) -> dict:
                  "usage": np.mean([s["usage"] for s in per_seed], 0).tolist(),
                  "iot_core_minutes": float(np.mean([s["core_minutes"]["iot"] for s in per_seed])),
                  "baseline_core_minutes": float(np.mean([s["core_minutes"]["standalone"][base] for s in per_seed]))},
-        "goal": {"baseline": base, "routed_minus_standalone": diff,
-                 "z": diff["mean"] / diff["se"] if diff["se"] else None,
-                 "met": bool(diff["se"] and diff["mean"] > 2 * diff["se"])},
+        "goal": goal_test(base, over(lambda s: s["standalone"][base]["routed_minus_this"])),
     }
+
+
+def answer(result: dict, file: Path) -> dict:
+    return {"seeds": result["seeds"], "orders": result["orders"], "result": str(file), "goal": result["goal"]}
 
 
 def _report(result: dict, out: Path) -> None:
@@ -352,16 +329,9 @@ def _plot(result: dict, path: Path) -> None:
     bars = ([(f"order {k}\nIOT-tuned", mean["orders_iot"][a], "tab:blue") for k, a in enumerate(archs)]
             + [("routed", mean["routed"], "tab:green"), ("oracle", mean["oracle"], "tab:gray")]
             + [(f"order {k}\nalone", mean["standalone"][a], "tab:orange") for k, a in enumerate(archs)])
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(6.4, 0.8 * len(bars)), 4.2))
-    xs = np.arange(len(bars))
-    ax.bar(xs, [v["mean"] for _, v, _ in bars], yerr=[2 * v["se"] for _, v, _ in bars],
-           color=[c for _, _, c in bars], capsize=3)
-    lo, hi = (f(v["mean"] + sign * 2 * v["se"] for _, v, _ in bars) for f, sign in ((min, -1), (max, 1)))
-    ax.set_ylim(max(0.0, lo - 0.1 * (hi - lo + 1e-6)), min(1.0, hi + 0.1 * (hi - lo + 1e-6)) + 1e-3)
-    ax.set_xticks(xs, [name for name, _, _ in bars], fontsize=8)
-    ax.set_ylabel(f"{result['task']} dev accuracy (± 2 se)")
-    ax.set_xlabel("; ".join(f"order {k}: {a}" for k, a in enumerate(archs)), fontsize=7)
-    ax.set_title(f"IOT fine-tuning, {len(result['seeds'])} seed(s): orders, routed, oracle, alone", fontsize=10)
-    ax.grid(alpha=0.3, axis="y")
-    save_figure(fig, path, dpi=110, bbox_inches="tight")
+    bar_plot(bars, path, f"{result['task']} dev accuracy (± 2 se)",
+             f"IOT fine-tuning, {len(result['seeds'])} seed(s): orders, routed, oracle, alone",
+             xlabel="; ".join(f"order {k}: {a}" for k, a in enumerate(archs)), cap=1.0)
+
+
+STUDY = Study("iot-finetune", RESULT, plan_finetune, units, summarize_study, _report, answer)

@@ -38,21 +38,7 @@ def report(result: dict, out: Path) -> None:
                    f"{mean['iot_core_minutes']:.2f}", f"{mean['baseline_core_minutes']:.2f}"])
     d = goal["routed_minus_standalone"]
     z = "n/a" if goal["z"] is None else f"{goal['z']:.2f}"
-    if crossfit:
-        headroom = [f"- headroom: the cross-fitted oracle (each row's order chosen on half of its masked tokens, "
-                    f"scored on the other half) − routed = {pm(mean['oracle_crossfit_minus_routed'], '+')}; the "
-                    f"in-sample oracle − routed = {pm(mean['oracle_minus_routed'], '+')} is an upper bound (its "
-                    "choice also fits the scored tokens' noise)",
-                    f"- the predictor: routed − random routing at the predictor's usage = "
-                    f"{pm(mean['routed_minus_random_at_usage'], '+')}; it agrees with the in-sample oracle's choice "
-                    f"on {mean['agreement']:.3f} of the rows (by chance {mean['agreement_by_chance']:.3f})",
-                    f"- routed − the best shared order chosen on the other half of the validation sequences = "
-                    f"{pm(mean['routed_minus_best_shared_heldout'], '+')} (chosen on the same tokens: "
-                    f"{pm(mean['routed_minus_best_shared'], '+')})"]
-    else:
-        headroom = [f"- headroom: oracle − routed = {mean['oracle']['mean'] - mean['routed']['mean']:+.4f}; predictor "
-                    f"agrees with the oracle's choice on {mean['agreement']:.3f} of the instances (by chance "
-                    f"{mean['agreement_by_chance']:.3f})"]
+    headroom = _headroom(mean, crossfit)
     se_text = ("over seeds and the validation sampling error combined (seeds score the same validation sequences; "
                "iot.json gives se_seeds and se_validation apart)" if crossfit else
                "over seeds, or the token-level error with one seed")
@@ -90,6 +76,24 @@ def report(result: dict, out: Path) -> None:
     _plot(result, out / "iot.png")
 
 
+def _headroom(mean: dict, crossfit: bool) -> list[str]:
+    """The headroom and predictor lines (artefacts written before the cross-fitted statistics: one line)."""
+    if crossfit:
+        return [f"- headroom: the cross-fitted oracle (each row's order chosen on half of its masked tokens, "
+                f"scored on the other half) − routed = {pm(mean['oracle_crossfit_minus_routed'], '+')}; the "
+                f"in-sample oracle − routed = {pm(mean['oracle_minus_routed'], '+')} is an upper bound (its "
+                "choice also fits the scored tokens' noise)",
+                f"- the predictor: routed − random routing at the predictor's usage = "
+                f"{pm(mean['routed_minus_random_at_usage'], '+')}; it agrees with the in-sample oracle's choice "
+                f"on {mean['agreement']:.3f} of the rows (by chance {mean['agreement_by_chance']:.3f})",
+                f"- routed − the best shared order chosen on the other half of the validation sequences = "
+                f"{pm(mean['routed_minus_best_shared_heldout'], '+')} (chosen on the same tokens: "
+                f"{pm(mean['routed_minus_best_shared'], '+')})"]
+    return [f"- headroom: oracle − routed = {mean['oracle']['mean'] - mean['routed']['mean']:+.4f}; predictor "
+            f"agrees with the oracle's choice on {mean['agreement']:.3f} of the instances (by chance "
+            f"{mean['agreement_by_chance']:.3f})"]
+
+
 def _seed_row(p: dict, base: str, crossfit: bool) -> list:
     shared = p["best_shared_heldout"] if crossfit else p["best_shared"]
     arch = " / ".join(f"`{a}`" for a in shared["arch"]) if isinstance(shared["arch"], list) else f"`{shared['arch']}`"
@@ -111,16 +115,30 @@ def _plot(result: dict, path: Path) -> None:
                 ("oracle\nin-sample", mean["oracle"], "lightgray")] if "oracle_crossfit" in mean
                else [("oracle", mean["oracle"], "tab:gray")])
             + [(f"{a}\nalone", mean["standalone"][a], "tab:orange") for a in archs])
+    bar_plot(bars, path, "validation MLM accuracy (± 2 se)",
+             f"IOT over {len(result['seeds'])} seed(s): shared orders, routed, oracle, stand-alone", slanted=True)
+
+
+def bar_plot(bars: list, path: Path, ylabel: str, title: str, xlabel: str | None = None, cap: float | None = None,
+             slanted: bool = False) -> None:
+    """The IOT studies' bar chart: (name, {"mean", "se"}, colour) per bar with ± 2 standard errors; `cap` the most
+    the y axis shows (an accuracy: 1); `slanted` names (24-letter orders) one line each, slanted, not overlapping."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6.4, 0.8 * len(bars)), 4.2))
     xs = np.arange(len(bars))
     ax.bar(xs, [v["mean"] for _, v, _ in bars], yerr=[2 * v["se"] for _, v, _ in bars],
            color=[c for _, _, c in bars], capsize=3)
     lo, hi = (f(v["mean"] + sign * 2 * v["se"] for _, v, _ in bars) for f, sign in ((min, -1), (max, 1)))
-    ax.set_ylim(max(0.0, lo - 0.1 * (hi - lo + 1e-6)), hi + 0.1 * (hi - lo + 1e-6))
-    ax.set_xticks(xs, [name.replace("\n", " ") for name, _, _ in bars], fontsize=7, rotation=55, ha="right",
-                  rotation_mode="anchor", family="monospace")  # 24-letter orders: slanted, not overlapping
-    ax.set_ylabel("validation MLM accuracy (± 2 se)")
-    ax.set_title(f"IOT over {len(result['seeds'])} seed(s): shared orders, routed, oracle, stand-alone", fontsize=10)
+    pad = 0.1 * (hi - lo + 1e-6)
+    ax.set_ylim(max(0.0, lo - pad), hi + pad if cap is None else min(cap, hi + pad) + 1e-3)
+    if slanted:
+        ax.set_xticks(xs, [name.replace("\n", " ") for name, _, _ in bars], fontsize=7, rotation=55, ha="right",
+                      rotation_mode="anchor", family="monospace")
+    else:
+        ax.set_xticks(xs, [name for name, _, _ in bars], fontsize=8)
+    ax.set_ylabel(ylabel)
+    if xlabel:
+        ax.set_xlabel(xlabel, fontsize=7)
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, axis="y")
     save_figure(fig, path, dpi=110, bbox_inches="tight")

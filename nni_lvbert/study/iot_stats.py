@@ -119,10 +119,22 @@ def over_seeds(ys: list[np.ndarray], n: np.ndarray, seq: np.ndarray) -> dict:
     """Mean over seeds of per-row quantities scored on the same rows: mean, `se_seeds` (the seeds' spread, 2+
     seeds), `se_validation` (clustered error of the seeds' per-row mean) and `se` (both combined; the validation
     error alone with one seed)."""
-    k = len(ys)
     per_seed = [clustered(y, n, seq)["mean"] for y in ys]
-    spread = float(np.std(per_seed, ddof=1) / np.sqrt(k)) if k > 1 else None
+    spread = seed_spread(per_seed)
     validation = clustered(np.mean(ys, 0), n, seq)["se"]
     se = float(np.hypot(spread, validation)) if spread is not None else validation
     return {"mean": float(np.mean(per_seed)), "se": se, "se_seeds": spread, "se_validation": validation,
             "per_seed": per_seed}
+
+
+def seed_spread(values) -> float | None:
+    """The standard error of a mean over seeds from the seeds' spread (sd / sqrt(k)); None below 2 seeds."""
+    k = len(values)
+    return float(np.std(values, ddof=1) / np.sqrt(k)) if k > 1 else None
+
+
+def goal_test(baseline: str, diff: dict) -> dict:
+    """The IOT studies' goal: routed minus the baseline (`diff`: mean and se) more than 2 standard errors above 0."""
+    return {"baseline": baseline, "routed_minus_standalone": diff,
+            "z": diff["mean"] / diff["se"] if diff["se"] else None,
+            "met": bool(diff["se"] and diff["mean"] > 2 * diff["se"])}

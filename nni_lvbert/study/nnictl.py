@@ -15,11 +15,11 @@ writes into DIR:
 
 Each trial (`study/trial.py`) trains its key into the store with `store.train_standalone` and reports to NNI. Once
 the experiment is done, the same study command without --nnictl finds every model finished and only trains the rest.
-The models per study (`ranking_specs`, `iot.plan_iot`, `downstream.plan_downstream`, each shared with the study's
-in-process path, so both give the same keys):
+The models per study (its plan's `standalone()`, `driver.Plan`: the plan the study's in-process path runs, so both
+give the same keys):
 
-    ranking     the ground truth's orders x seeds (`ranking.plan_ranking`, `standalone_specs`), then each `short:N`
-                ranker's models; `rerank:K:N` models depend on the first stage's scores: the study trains those
+    ranking     the ground truth's orders x seeds, then each `short:N` ranker's models; `rerank:K:N` models depend
+                on the first stage's scores: the study trains those
     iot         every seed's M orders stand-alone (the baseline); IOT's own runs stay in the study's process
     downstream  every arch x pre-training seed; the fine-tunings stay in the study's process
 
@@ -35,26 +35,11 @@ from pathlib import Path
 from ..atomic import copy_file, write_json, write_text
 from ..errors import UserError
 from .common import Budget, log
-from .store import Standalone, standalone_spec
+from ..standalone.store import Standalone
 
 CONFIG = "standalone.yml"  # the shipped template's name (experiments/standalone.yml) and the written config's
 SPACE = "standalone_space.json"
 MODELS = "models.json"
-
-
-def ranking_specs(opts) -> tuple:
-    """(options as resumed, (description, spec) of every stand-alone training `lvbert study ranking` with `opts` runs
-    before its rankers: the ground truth, then `short:N`)."""
-    from .ranking import plan_ranking, standalone_specs, study_common
-
-    opts, _, k, rankers, budget, ref, orders = plan_ranking(opts)
-    common = study_common(opts, ref)
-    specs = standalone_specs(orders, range(opts.seed, opts.seed + k), budget=budget, **common)
-    for r in rankers:
-        if r.kind == "short":  # as ranking._ranker_result's short_spec: the study's seed, N steps
-            specs += [(f"{r.name}: {a.compact}", standalone_spec(a, opts.seed, budget=budget.shortened(int(r.arg)),
-                                                                 **common)) for a, _ in orders]
-    return opts, specs
 
 
 def write_study_experiment(opts, specs: list[tuple[str, Standalone]]) -> dict:

@@ -104,7 +104,7 @@ def short_scores(ranker: Ranker, archs, spec_of, store: Path, validation, rank_b
     """`spec_of(arch, budget_steps)` gives the arch's Standalone spec at N steps; `validation` a `store.Validation`
     (each model scored once per validation set)."""
     from ..rundir import RunDir
-    from .store import train_all
+    from ..standalone.store import train_all
 
     specs = [(f"{ranker.name}: {a.compact}", spec_of(a, int(ranker.arg))) for a in archs]
     paths = train_all(specs, store, progress)

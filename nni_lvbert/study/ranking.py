@@ -22,26 +22,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from .. import layout
 from ..arch import NAMED_ARCHS, Arch
-from ..atomic import write_json, write_text
+from ..atomic import write_json
 from ..errors import UserError
 from ..options import opt
 from ..rundir import RunDir
 from ..safeio import read_json
-from .common import (NNICTL_OPTIONS, StandaloneStudyOptions, begin_on_supernet, log, shown_path, shown_stats,
-                     start)
-from .ranking_plots import plot_cost, plot_scatter, plot_truth
-from .reanalyse import (ceiling_lines, group_tables, other_seeds_cell, pick_cell, reanalyse, reference_table,
-                        searched_line, vs_cell)
-from .stats import kendall, markdown_table, noise_ceiling, rank_correlations, regret, top_overlap
-from .store import Standalone, Validation, preset_size, standalone_spec, train_all
+from .common import NNICTL_OPTIONS, Budget, StandaloneStudyOptions, log, shown_path, shown_stats
+from .driver import Plan, Study, Unit, need_supernet
+from .orders import composition, graded_orders, is_mixed, stratified_orders
+from .ranking_report import RESULT, report
+from .reanalyse import reanalyse
+from .stats import kendall, noise_ceiling, rank_correlations, regret, top_overlap
+from ..standalone.scoring import Validation
+from ..standalone.store import Standalone, preset_size, standalone_spec, train_all
 
+_report = report  # the name the tests and older scripts use
 ORDERS = "orders.json"
 TRUTH = "ground_truth.json"
-RESULT = "ranking.json"
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,6 @@ def study_orders(spec, num_archs: int, seed: int, searched: str | None = None, b
     """The compared orders as (order, role): `num_archs` stratified by composition and placement (`orders.py`,
     seeded) or the graded set, then the named baselines that fit the space, then the searched order (a search
     directory or a best_arch.json). Each order once (its first role)."""
-    from .orders import graded_orders, stratified_orders
-
     chosen: dict[Arch, str] = dict(graded_orders(spec.candidates, spec.slots) if order_set == "graded" else
                                    stratified_orders(spec.candidates, spec.slots, num_archs, seed))
     if baselines:
@@ -114,14 +113,46 @@ def standalone_specs(orders: list[tuple[Arch, str]], seeds, **common) -> list[tu
             for seed in seeds for arch, role in orders]
 
 
-def plan_ranking(opts: RankingOptions):
-    """The study's inputs, checked, nothing written: (options as resumed, the stratified count, seeds per order,
-    rankers, budget, reference scorer, orders). `run_ranking` and `nnictl.py` (the ground truth as an nnictl
-    experiment) share it, so both train the same model keys."""
+@dataclass
+class RankingPlan(Plan):
+    """The study's inputs (`plan_ranking`): the stratified count, seeds per order, rankers, budget, the reference
+    scorer and the compared orders."""
+
+    n: int
+    k: int
+    rankers: list
+    budget: Budget
+    ref: Any
+    orders: list
+
+    def common(self) -> dict:
+        """`standalone_spec`'s keywords (but budget): the reference supernet's shape and data."""
+        return study_common(self.opts, self.ref)
+
+    def seeds(self) -> list[int]:
+        return list(range(self.opts.seed, self.opts.seed + self.k))
+
+    def truth_specs(self) -> list[tuple[str, Standalone]]:
+        return standalone_specs(self.orders, self.seeds(), budget=self.budget, **self.common())
+
+    def short_spec(self, arch, steps: int) -> Standalone:
+        """short:N's and rerank's models: the study's seed, N steps."""
+        return standalone_spec(arch, self.opts.seed, budget=self.budget.shortened(steps), **self.common())
+
+    def standalone(self) -> list[tuple[str, Standalone]]:
+        """The trainings before the rankers (--nnictl): the ground truth, then `short:N` (rerank:K:N depends on
+        the first stage's scores: the study trains those)."""
+        return self.truth_specs() + [(f"{r.name}: {a.compact}", self.short_spec(a, int(r.arg)))
+                                     for r in self.rankers if r.kind == "short" for a, _ in self.orders]
+
+
+def plan_ranking(opts: RankingOptions) -> RankingPlan:
+    """The study's inputs, checked, nothing written (`drive` and the --nnictl experiment share it, so both train
+    the same model keys)."""
     from .rankers import parse_rankers
 
-    opts = begin_on_supernet(opts, "its space, shape and data", _defaults(opts)[1])
     n, k = _defaults(opts)
+    need_supernet(opts, "its space, shape and data", k)
     if opts.rank_by not in ("acc", "loss"):
         raise UserError(f"--rank-by must be acc or loss, got {opts.rank_by!r}")
     rankers = parse_rankers(opts.rankers or ["spos"], opts.supernet)
@@ -130,16 +161,14 @@ def plan_ranking(opts: RankingOptions):
 
     ref = SupernetScorer(opts.supernet, val_tokens=opts.validation_tokens(), device="cpu", prefix_cache=False,
                          masking=opts.val_masking, data_seed=opts.data_seed)
-
-    # 1. the orders (stored: a resumed study keeps its set)
-    stored = Path(opts.out) / ORDERS
+    stored = Path(opts.out) / ORDERS  # a resumed study keeps its set
     if opts.resume and stored.is_file():
         orders = [(ref.parse(o["arch"]), o["role"]) for o in read_json(stored)["orders"]]
     else:
         orders = study_orders(ref.spec, n, opts.seed, opts.searched, opts.baselines, opts.order_set)
     if len(orders) < 3:
         raise UserError(f"rank correlations need at least 3 orders, got {len(orders)}")
-    return opts, n, k, rankers, budget, ref, orders
+    return RankingPlan(opts, n, k, rankers, budget, ref, orders)
 
 
 def study_common(opts: RankingOptions, ref) -> dict:
@@ -147,47 +176,40 @@ def study_common(opts: RankingOptions, ref) -> dict:
     return dict(size=preset_size(ref), cfg=ref.cfg.to_dict(), data=ref.val_stats["data"], data_seed=opts.data_seed)
 
 
-def run_ranking(opts: RankingOptions) -> dict:
+def units(plan: RankingPlan, out: Path) -> list[Unit]:
+    """The ground truth (every order x seed, stand-alone, scored on every validation token: trained and scored
+    once in the store, ground_truth.json rewritten each time), then each ranker (rankers/<name>.json; a two-stage
+    ranker after its first stage)."""
+    opts, archs = plan.opts, [a for a, _ in plan.orders]
+    if not (out / ORDERS).is_file():
+        write_json(out / ORDERS, {"seed": opts.seed, "set": opts.order_set,
+                                  "stratified": plan.n if opts.order_set == "stratified" else 0, "orders": [
+            {"arch": a.compact, "role": role, **composition(a)} for a, role in plan.orders]})
+    validation = Validation.of(plan.ref.batches, plan.ref.val_stats, opts.data_seed)
+    truth = Unit(out / TRUTH, lambda: _score_truth(plan, validation), finished=lambda: False)
+
+    def ranker(r) -> Unit:
+        file = _ranker_file(out, r.name)
+        return Unit(file, lambda: _ranker_result(r, plan, out, validation),
+                    finished=lambda: file.is_file() and all(a.compact in read_json(file)["scores"] for a in archs))
+
+    return [truth, *(ranker(r) for r in sorted(plan.rankers, key=lambda r: r.kind == "rerank"))]
+
+
+def summarize(plan: RankingPlan, out: Path, values: list) -> dict:
+    """Per ranker: rank correlations with the seeds' mean, tau among the mixed orders, top-5, regret, the budget
+    check; per order its seeds; then what the ground truth can resolve (`reanalyse`)."""
     import numpy as np
 
-    if opts.nnictl:  # the trainings as an nnictl experiment (study/nnictl.py): nothing trained or scored here
-        from .nnictl import ranking_specs, write_study_experiment
-
-        return write_study_experiment(*ranking_specs(opts))
-    opts, n, k, rankers, budget, ref, orders = plan_ranking(opts)
-    out = start(opts)
-    if not (out / ORDERS).is_file():
-        from .orders import composition
-
-        write_json(out / ORDERS, {"seed": opts.seed, "set": opts.order_set,
-                                  "stratified": n if opts.order_set == "stratified" else 0, "orders": [
-            {"arch": a.compact, "role": role, **composition(a)} for a, role in orders]})
-    archs = [a for a, _ in orders]
-
-    # 2. the ground truth: every order x seed, stand-alone, scored on every validation token
-    common = study_common(opts, ref)
-    data, size = common["data"], common["size"]
-
-    def spec_of(arch: Arch, seed: int, b=budget) -> Standalone:
-        return standalone_spec(arch, seed, budget=b, **common)
-
-    seeds = list(range(opts.seed, opts.seed + k))
-    paths = train_all(standalone_specs(orders, seeds, budget=budget, **common), opts.store(), opts.progress)
-    validation = Validation.of(ref.batches, ref.val_stats, opts.data_seed)
-    truth = _score_truth(out, paths, validation, opts.rank_by)
-    per_seed = np.array([[truth[p.name]["score"] for p in paths[i::len(orders)]] for i in range(len(orders))])
+    opts, (truth, *ranked), archs = plan.opts, values, [a for a, _ in plan.orders]
+    results, k, specs = {r["ranker"]: r for r in ranked}, plan.k, plan.truth_specs()
+    names = [s.dirname() for _, s in specs]
+    models = truth["models"]
+    per_seed = np.array([[models[p]["score"] for p in names[i::len(archs)]] for i in range(len(archs))])
     gt = per_seed.mean(1)
-
-    # 3. the rankers
-    results = {}
-    for r in sorted(rankers, key=lambda r: r.kind == "rerank"):  # a two-stage ranker after its first stage
-        results[r.name] = _ranker_result(r, out, archs, opts, ref, spec_of, budget, results, validation)
-
-    # 4. statistics
-    mixed = [i for i, a in enumerate(archs) if _mixed(a)]
-    spread = float(np.median(per_seed.std(1, ddof=1))) if k > 1 else None
+    mixed = [i for i, a in enumerate(archs) if is_mixed(a)]
     table = []
-    for r in rankers:
+    for r in plan.rankers:
         scores = np.array([results[r.name]["scores"][a.compact] for a in archs])
         stats = rank_correlations(scores, gt, seed=opts.seed)
         table.append({"ranker": r.name, "kind": r.kind, "core_minutes": results[r.name]["core_minutes"],
@@ -200,30 +222,35 @@ def run_ranking(opts: RankingOptions) -> dict:
                       "budget_check": _budget_check(r, scores, per_seed, mixed, opts.seed)})
     rows = [{"arch": a.compact, "role": role, "ground_truth": float(gt[i]),
              "seeds": per_seed[i].tolist(), "seed_std": float(per_seed[i].std(ddof=1)) if k > 1 else None,
-             "se": float(np.mean([truth[p.name][f"mlm_{opts.rank_by}_se"] for p in paths[i::len(orders)]])),
-             **{r.name: results[r.name]["scores"][a.compact] for r in rankers}}
-            for i, (a, role) in enumerate(orders)]
-    result = {"study": "ranking", "supernet": shown_path(opts.supernet), "size": size,
-              "budget": budget.__dict__, "seeds": seeds, "data": shown_path(data), "rank_by": opts.rank_by,
-              "validation": shown_stats(ref.val_stats), "orders": len(orders), "mixed_orders": len(mixed),
-              "noise_ceiling": noise_ceiling(per_seed),
+             "se": float(np.mean([models[p][f"mlm_{opts.rank_by}_se"] for p in names[i::len(archs)]])),
+             **{r.name: results[r.name]["scores"][a.compact] for r in plan.rankers}}
+            for i, (a, role) in enumerate(plan.orders)]
+    result = {"study": "ranking", "supernet": shown_path(opts.supernet), "size": plan.common()["size"],
+              "budget": plan.budget.__dict__, "seeds": plan.seeds(), "data": shown_path(plan.common()["data"]),
+              "rank_by": opts.rank_by, "validation": shown_stats(plan.ref.val_stats), "orders": len(archs),
+              "mixed_orders": len(mixed), "noise_ceiling": noise_ceiling(per_seed),
               "noise_ceiling_mixed": noise_ceiling(per_seed[mixed]),
-              "seed_std_median": spread,
-              "ground_truth_core_minutes": sum(truth[p.name]["core_minutes"] for p in paths),
+              "seed_std_median": float(np.median(per_seed.std(1, ddof=1))) if k > 1 else None,
+              "ground_truth_core_minutes": sum(models[p]["core_minutes"] for p in names),
               "rankers": table, "rows": rows,
               "ranker_details": {name: {key: v for key, v in res.items() if key not in ("scores", "metrics")}
                                  for name, res in results.items()}}
-    result = reanalyse(result, 200 if opts.quick else 2000)  # --quick checks the chain: fewer resamples
-    _report(result, out)
-    write_json(out / RESULT, result)
+    return reanalyse(result, 200 if opts.quick else 2000)  # --quick checks the chain: fewer resamples
+
+
+def answer(result: dict, file: Path) -> dict:
     return {key: result[key] for key in ("orders", "noise_ceiling", "seed_std_median")} | {
         "ceiling_noise_free": (result["reliability"] or {}).get("kendall_tau_noise_free"),
         "perfect_ranker": {key: (result.get("perfect_ranker") or {}).get(key) for key in ("kendall_tau", "range90")},
         "order_effect": {g["group"]: {key: (g["order_effect"] or {}).get(key) for key in ("F", "df", "p")}
                          for g in result["groups"]},
         "rankers": {t["ranker"]: {"kendall_tau": t["kendall_tau"], "regret": t["regret"],
-                                  "core_minutes": round(t["core_minutes"], 2)} for t in table},
-        "result": str(out / RESULT)}
+                                  "core_minutes": round(t["core_minutes"], 2)} for t in result["rankers"]},
+        "result": str(file)}
+
+
+STUDY = Study("ranking", RESULT, plan_ranking, units, summarize, report, answer)
+
 
 
 def _budget_check(r, scores, per_seed, mixed: list[int], seed: int) -> dict | None:
@@ -252,133 +279,38 @@ def _mean(values: list) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def _mixed(arch: Arch) -> bool:
-    from .orders import is_mixed
-
-    return is_mixed(arch)
-
-
-def _score_truth(out: Path, paths: list[Path], validation, rank_by: str) -> dict:
-    """{model dir name: metrics + score + training core-minutes} (ground_truth.json); each model scored once per
-    validation set, whichever study or process scores it (`store.Validation`)."""
+def _score_truth(plan: RankingPlan, validation) -> dict:
+    """{"models": {model dir name: metrics + score + training core-minutes}} (ground_truth.json): every model
+    trained (`train_all`) and scored once per validation set, whichever study or process does it."""
     from ..cost import core_minutes
     from .rankers import rank_score
 
+    paths = train_all(plan.truth_specs(), plan.opts.store(), plan.opts.progress)
     metrics = validation.metrics_all(paths, "ground truth ")
-    known = {p.name: {**m, "score": rank_score(m, rank_by), "core_minutes": core_minutes(RunDir(p, "pretrain").meta)}
-             for p, m in zip(paths, metrics)}
-    write_json(out / TRUTH, {"models": known})
-    return known
+    return {"models": {p.name: {**m, "score": rank_score(m, plan.opts.rank_by),
+                                "core_minutes": core_minutes(RunDir(p, "pretrain").meta)}
+                       for p, m in zip(paths, metrics)}}
 
 
-def _ranker_result(r, out: Path, archs, opts, ref, spec_of, budget, done: dict, validation) -> dict:
-    """One ranker's scores of every order (kept in rankers/<name>.json; recomputed only when orders are missing).
-    `done`: the results so far by ranker name (a two-stage ranker's first stage)."""
+def _ranker_file(out: Path, name: str) -> Path:
+    return out / "rankers" / f"{name.replace('/', '_').replace(':', '-')}.json"
+
+
+def _ranker_result(r, plan: RankingPlan, out: Path, validation) -> dict:
+    """One ranker's scores of every order (kept in rankers/<name>.json; recomputed only when orders are missing);
+    a two-stage ranker reads its first stage's."""
     from .rankers import rerank_scores, short_scores, supernet_scores, zc_scores
 
-    def short_spec(arch: Arch, steps: int):  # short:N's and rerank's models: the study's seed, N steps
-        return spec_of(arch, opts.seed, budget.shortened(steps))
-
-    path = out / "rankers" / f"{r.name.replace('/', '_').replace(':', '-')}.json"
-    if path.is_file():
-        stored = read_json(path)
-        if all(a.compact in stored["scores"] for a in archs):
-            return stored
+    opts, ref, archs = plan.opts, plan.ref, [a for a, _ in plan.orders]
     log(f"ranker {r.name}: scoring {len(archs)} orders")
     if r.kind == "supernet":
         res = supernet_scores(r, archs, opts.val_masking, ref.val_stats["data"], opts.data_seed,
                               opts.validation_tokens(), opts.rank_by)
     elif r.kind == "short":
-        res = short_scores(r, archs, short_spec, opts.store(), validation, opts.rank_by, opts.progress)
+        res = short_scores(r, archs, plan.short_spec, opts.store(), validation, opts.rank_by, opts.progress)
     elif r.kind == "rerank":
-        res = rerank_scores(r, archs, done[r.first_stage], short_spec, opts.store(), validation, opts.rank_by,
-                            opts.progress)
+        res = rerank_scores(r, archs, read_json(_ranker_file(out, r.first_stage)), plan.short_spec, opts.store(),
+                            validation, opts.rank_by, opts.progress)
     else:
         res = zc_scores(r, archs, ref.cfg, ref.batches[0], opts.seed)
-    res = {"ranker": r.name, "kind": r.kind, "arg": r.arg, **res}
-    write_json(path, res)
-    return res
-
-
-def _ci(ci) -> str:
-    return f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "n/a"
-
-
-def _num(v, digits: int = 3) -> str:
-    return "n/a" if v is None else f"{v:.{digits}f}"
-
-
-def _budget_line(ranker: str, check: dict, steps: int) -> str:
-    return (f"- budget check: `{ranker}` against the ground truth's seed-{check['seed']} models ({steps} steps): "
-            f"Kendall tau {_tau_cell(check)}, among the mixed orders {_num(check['kendall_tau_mixed'])}; one seed "
-            f"against another at the ground truth's budget {_num(check['seed_to_seed_tau'])} (mixed "
-            f"{_num(check['seed_to_seed_tau_mixed'])}); against the other seeds' mean "
-            f"{_num(check['kendall_tau_other_seeds'])}")
-
-
-def _pick_header(result: dict) -> str:
-    picks = [t["pick_rank_interval"] for t in result["rankers"] if t.get("pick_rank_interval")]
-    return (f"pick (its rank; per seed; {round(100 * picks[0]['level'])} % interval over resampled seeds)" if picks
-            else "pick (its rank)")
-
-
-def _tau_cell(t: dict) -> str:
-    if t["kendall_tau"] is None:
-        return f"n/a ({t.get('undefined') or 'all scores equal'})"
-    h = t.get("kendall_tau_hierarchical")  # orders and seeds resampled (issue 54)
-    return f"{_num(t['kendall_tau'])} {_ci(h['ci95'] if h else t['kendall_tau_ci95'])}"
-
-
-def _report(result: dict, out: Path) -> None:
-    b, ceiling = result["budget"], result["noise_ceiling"]
-    def ceiling_text(ceiling):
-        return (f"{ceiling['kendall_tau']:.3f} (halves of {ceiling['halves'][0]} and {ceiling['halves'][1]} seeds; "
-                f"{ceiling['min']:.3f} to {ceiling['max']:.3f} is the range over the {ceiling['splits']} splits, "
-                "not an interval)" if ceiling else "n/a (one seed)")
-
-    seeds, base = len(result["seeds"]), result.get("baseline")
-    hier = any(t.get("kendall_tau_hierarchical") for t in result["rankers"])
-    groups = {g["group"]: g for g in result.get("groups") or []}
-    others = ", ".join(map(str, result["seeds"][1:])) or "n/a"
-    mixed_note = ": not resolvable at this budget" if (groups.get("mixed") or {}).get("resolvable") is False else ""
-    md = [f"# Rankers against stand-alone training ({result['orders']} orders, {seeds} seed{'s' * (seeds > 1)})\n",
-          f"Reference supernet `{result['supernet']}` (size {result['size']}). Ground truth: MLM from scratch, "
-          f"{b['steps']} steps, batch {b['batch_size']}, lr {b['lr']:g}, warm-up {b['warmup_steps']}, seeds "
-          f"{', '.join(map(str, result['seeds']))}; scored by {result['rank_by']} on "
-          f"{result['validation']['masked_tokens']} masked validation tokens "
-          f"({result['validation'].get('masking', 'fixed')} masking).\n",
-          (f"- split-half agreement (Kendall tau between seed halves; each half is noisier than the {seeds}-seed "
-           "mean): " if hier else f"- noise ceiling (Kendall tau between seed halves; a lower bound, each half being "
-                                   f"noisier than the {seeds}-seed mean): ")
-          + f"**{ceiling_text(ceiling)}**; among the mixed orders: "
-          f"{ceiling_text(result.get('noise_ceiling_mixed'))}",
-          *ceiling_lines(result),
-          f"- median seed spread (std over seeds) of an order's score: {_num(result['seed_std_median'], 4)}",
-          f"- orders with both attention and convolution: {result['mixed_orders']}",
-          *searched_line(result),
-          *[_budget_line(t["ranker"], t["budget_check"], b["steps"])
-            for t in result["rankers"] if t.get("budget_check")],
-          "",
-          markdown_table(["ranker", "core-min", "Kendall tau [95 %" + (", orders and seeds]" if hier else "]"),
-                          f"tau - {base} [95 %, paired]",
-                          "Spearman rho", f"tau (mixed{mixed_note})", f"tau against seeds {others} only", "top-5",
-                          "regret", _pick_header(result)],
-                         [[t["ranker"], f"{t['core_minutes']:.1f}", _tau_cell(t), vs_cell(t),
-                           _num(t["spearman_rho"]), _num(t["kendall_tau_mixed"]), other_seeds_cell(t),
-                           f"{t['top5_overlap']:.1f}", _num(t["regret"], 4), pick_cell(t)]
-                          for t in result["rankers"]]),
-          ("Intervals over the orders and the ground truth's seeds resampled (hierarchical bootstrap); paired: both "
-           "taus on the same resample." if hier else "Paired: both taus on the same resampled orders.")
-          + f" Tau against seeds {others} only: the rankers that train "
-          f"with the ground truth's first seed {result['seeds'][0]} (short, rerank), against the other seeds' mean.\n"
-          if result.get("groups") is not None else "",
-          *reference_table(result),
-          *group_tables(result),
-          markdown_table(["order", "role", "ground truth", "seed std", *[t["ranker"] for t in result["rankers"]]],
-                         [[f"`{r['arch']}`", r["role"], r["ground_truth"], _num(r["seed_std"], 4),
-                           *[r[t["ranker"]] for t in result["rankers"]]]
-                          for r in sorted(result["rows"], key=lambda r: -r["ground_truth"])])]
-    write_text(out / "ranking.md", "\n".join(md))
-    plot_cost(result, out / "ranking.png")
-    plot_scatter(result, out / "ranking-scatter.png")
-    plot_truth(result, out / "ranking-truth.png")
+    return {"ranker": r.name, "kind": r.kind, "arg": r.arg, **res}

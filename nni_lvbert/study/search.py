@@ -9,17 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import Any
+
+import numpy as np
+
 from .. import layout
+from ..atomic import pyplot, save_figure, write_text
 from ..errors import UserError
 from ..options import opt
 from ..rundir import RunDir
-from ..atomic import write_json, write_text
 from ..safeio import read_json
 from ..search.defaults import STRATEGIES, VAL_TOKENS
-from ..atomic import pyplot, save_figure
-from .common import StudyOptions, begin, log, shown_path, start
+from .common import StudyOptions, log, shown_path
+from .driver import Plan, Study, Unit
 from .stats import markdown_table
-from .store import one_process_each
 
 RESULT = "search_study.json"
 
@@ -53,10 +56,12 @@ def evolution_config(opts: SearchStudyOptions):
     return cfg
 
 
-def run_search_study(opts: SearchStudyOptions) -> dict:
-    from ..search.run import SearchOptions, run_search
+@dataclass
+class SearchPlan(Plan):
+    cfg: Any  # Algorithm 1's EvolutionConfig
 
-    opts = begin(opts, "study")
+
+def plan_search(opts: SearchStudyOptions) -> SearchPlan:
     if not opts.supernet:
         raise UserError("give the trained supernet with --supernet RUN")
     if opts.num_seeds < 1:
@@ -68,36 +73,41 @@ def run_search_study(opts: SearchStudyOptions) -> dict:
     from ..supernet.rundir import supernet_dir
 
     supernet_dir(opts.supernet)  # one line when it is not a finished supernet run, before OUT is made
-    val_tokens = opts.val_tokens
-    out = start(opts)
+    return SearchPlan(opts, cfg)
 
-    def done(seed: int) -> bool:
-        return (out / f"seed{seed}" / "best_arch.json").is_file()
+
+def units(plan: SearchPlan, out: Path) -> list[Unit]:
+    """One `lvbert search run` per seed (OUT/seed<k>/, finished with its best_arch.json); `study search --out OUT
+    --resume` started in a second process while this one runs takes the next free seed."""
+    from ..search.run import SearchOptions, run_search
+
+    opts, cfg = plan.opts, plan.cfg
 
     def about(seed: int) -> str:
         return f"[seed {seed + 1}/{opts.num_seeds}] {' vs '.join(opts.strategies)}, {cfg.budget} evaluations each"
 
-    def run_seed(seed: int) -> None:
+    def unit(seed: int) -> Unit:
         seed_dir = out / f"seed{seed}"
-        if done(seed):  # by another process meanwhile
-            return
-        log(about(seed))
-        flags = RunDir(seed_dir, "search").continuation(done="best_arch.json", marker="search.json")
-        run_search(SearchOptions(supernet=opts.supernet, strategies=list(opts.strategies), seed=seed,
-                                 out=str(seed_dir), evolution=cfg, val_tokens=val_tokens, device="cpu",
-                                 threads=opts.threads, progress=opts.progress, **flags), log=log)
 
-    # `study search --out OUT --resume` started in a second process while this one runs takes the next free seed
-    for seed in filter(done, range(opts.num_seeds)):
-        log(about(seed) + " (done)")
-    one_process_each(list(range(opts.num_seeds)), lambda seed: out / f".seed{seed}.lock", run_seed, skip=done)
-    per_seed = {seed: _read_seed(out / f"seed{seed}", opts.strategies, cfg) for seed in range(opts.num_seeds)}
-    result = summarize(per_seed, opts.strategies, cfg)
+        def run_seed() -> None:
+            log(about(seed))
+            flags = RunDir(seed_dir, "search").continuation(done="best_arch.json", marker="search.json")
+            run_search(SearchOptions(supernet=opts.supernet, strategies=list(opts.strategies), seed=seed,
+                                     out=str(seed_dir), evolution=cfg, val_tokens=opts.val_tokens, device="cpu",
+                                     threads=opts.threads, progress=opts.progress, **flags), log=log)
+
+        return Unit(seed_dir / "best_arch.json", run_seed, lambda f: _read_seed(f.parent, opts.strategies, cfg),
+                    save=None, lock=out / f".seed{seed}.lock", skipped=about(seed) + " (done)")
+
+    return [unit(seed) for seed in range(opts.num_seeds)]
+
+
+def summarize_study(plan: SearchPlan, out: Path, per_seed: list) -> dict:
+    opts, cfg = plan.opts, plan.cfg
+    result = summarize(dict(enumerate(per_seed)), opts.strategies, cfg)
     scorer = read_json(out / "seed0" / "search.json").get("scorer", {})
-    result.update(study="search", supernet=shown_path(opts.supernet), val_tokens=val_tokens,
+    result.update(study="search", supernet=shown_path(opts.supernet), val_tokens=opts.val_tokens,
                   masked_tokens=scorer.get("val_masked_tokens"), evolution=cfg.to_dict(), budget=cfg.budget)
-    _report(result, out)
-    write_json(out / RESULT, result)
     return result
 
 
@@ -117,8 +127,6 @@ def _read_seed(seed_dir: Path, strategies: list[str], cfg) -> dict:
 
 def summarize(per_seed: dict, strategies: list[str], cfg) -> dict:
     """Wins per strategy (ties shared), final best and top-10 mean per seed, curves' mean/min/max across seeds."""
-    import numpy as np
-
     wins = {s: 0.0 for s in strategies}
     for seed, res in per_seed.items():
         top = max(res[s]["best"] for s in strategies)
@@ -175,3 +183,6 @@ def _report(result: dict, out: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     save_figure(fig, out / "search_study.png", dpi=110, bbox_inches="tight")
+
+
+STUDY = Study("search", RESULT, plan_search, units, summarize_study, _report, lambda result, file: result)

@@ -26,7 +26,7 @@ def run_trial(specs_file: Path, key: str | None) -> dict:
     from ..nni_compat import in_nni_trial
     from ..safeio import read_json
     from .nnictl import spec_from_json
-    from .store import train_standalone
+    from ..standalone.store import train_standalone
 
     listing = read_json(specs_file, "models.json of a stand-alone experiment")
     models = listing.get("models")
