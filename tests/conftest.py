@@ -24,6 +24,26 @@ from nni_lvbert.config import ModelConfig, SpaceSpec
 warnings.filterwarnings("ignore", message=".*is found to be not a nn.Module.*")
 
 
+# --- the order test files are handed to pytest-xdist's workers (scripts/test.sh: -n 2 --dist loadfile) ----------
+# The costliest files first, then the rest in collection order, so that the last file a worker takes is a short one
+# (xdist's default puts files with many tests first, which left the few-but-slow nnictl, multi-node and wheel
+# files for the end: one worker ran them while the other had nothing left). Roughly by wall time on 2 cores.
+SLOW_FIRST = ["test_multinode.py", "test_docs.py", "test_search_nnictl.py", "test_standalone_nnictl.py",
+              "test_pipeline.py", "test_graph_export.py", "test_supernet.py", "test_supernet_nnictl.py",
+              "test_pretrain.py", "test_wheel.py", "test_study.py", "test_standalone_remote.py", "test_iot.py",
+              "test_ranking.py", "test_finetune.py", "test_corrupt.py", "test_tuner_resume.py", "test_data.py"]
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: hand out files in collection order (below)
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order is kept
+
+
 def tiny_config(**kw) -> ModelConfig:
     """HF-test-sized config: hidden 32, 4 heads (2 DC heads of 16), vocab 100."""
     base = dict(vocab_size=100, hidden_size=32, embedding_size=32, ff_size=64, num_heads=4, conv_head_size=16,
