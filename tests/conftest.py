@@ -27,10 +27,11 @@ warnings.filterwarnings("ignore", message=".*is found to be not a nn.Module.*")
 # --- the order test files are handed to pytest-xdist's workers (scripts/test.sh: -n 2 --dist loadfile) ----------
 # The costliest files first, then the rest in collection order, so that the last file a worker takes is a short one
 # (xdist's default puts files with many tests first, which left the few-but-slow nnictl, multi-node and wheel
-# files for the end: one worker ran them while the other had nothing left). Roughly by wall time on 2 cores.
-SLOW_FIRST = ["test_multinode.py", "test_docs.py", "test_search_nnictl.py", "test_standalone_nnictl.py",
-              "test_pipeline.py", "test_graph_export.py", "test_supernet.py", "test_supernet_nnictl.py",
-              "test_pretrain.py", "test_wheel.py", "test_study.py", "test_standalone_remote.py", "test_iot.py",
+# files for the end: one worker ran them while the other had nothing left). Roughly by wall time on 2 cores; the
+# files that start nnictl experiments apart, so that the two workers seldom run two experiments at once.
+SLOW_FIRST = ["test_multinode.py", "test_search_nnictl.py", "test_docs.py", "test_standalone_nnictl.py",
+              "test_pipeline.py", "test_supernet.py", "test_supernet_nnictl.py", "test_graph_export.py",
+              "test_pretrain.py", "test_wheel.py", "test_standalone_remote.py", "test_study.py", "test_iot.py",
               "test_ranking.py", "test_finetune.py", "test_corrupt.py", "test_tuner_resume.py", "test_data.py"]
 
 
@@ -39,6 +40,7 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+@pytest.hookimpl(tryfirst=True)  # before --ff/--nf (cacheprovider), which may reorder after this
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order is kept
