@@ -1,8 +1,8 @@
-"""The suite's own machinery (tests/conftest.py): the costliest files named for xdist's order exist, and a shared
+"""The suite's own machinery (tests/suite.py): the costliest files named for xdist's order exist, and a shared
 fixture directory is built once per session."""
 from pathlib import Path
 
-from tests.conftest import SLOW_FIRST, built_once
+from tests.suite import SLOW_FIRST, built_once
 
 
 def test_every_file_named_to_run_first_exists():
