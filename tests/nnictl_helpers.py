@@ -21,7 +21,7 @@ def wait_for_trials(port: int, n: int, timeout: float, host: str = "127.0.0.1") 
         done = [j for j in jobs if j.get("status") in ("SUCCEEDED", "FAILED", "USER_CANCELED", "SYS_CANCELED")]
         if len(done) >= n:
             return jobs
-        time.sleep(0.25)  # the trials run meanwhile: a shorter look costs nothing
+        time.sleep(1.0)
     raise TimeoutError(f"{len(jobs)} trials seen, fewer than {n} ended within {timeout:.0f} s")
 
 

@@ -272,7 +272,7 @@ def test_nnictl_by_hand_init_experiment_create_export_and_a_loud_failure(tiny, t
     try:
         deadline = time.time() + 180
         while _status(port)["status"] not in ("ERROR", "DONE", "STOPPED") and time.time() < deadline:
-            time.sleep(0.25)
+            time.sleep(1)
         status = _status(port)
         assert status["status"] == "ERROR", status
         jobs = wait_for_trials(port, 1, timeout=10)
