@@ -18,6 +18,8 @@ if XDIST_WORKER:
     torch.set_num_threads(1)
 
 from nni_lvbert.config import ModelConfig, SpaceSpec
+# the suite's order under pytest-xdist and its once-per-session directories (pytest finds the hooks here)
+from tests.suite import built_once, pytest_collection_modifyitems, pytest_configure  # noqa: E402, F401
 
 warnings.filterwarnings("ignore", message=".*is found to be not a nn.Module.*")
 
@@ -251,26 +253,32 @@ def build_tiny_supernet(run_dir: Path, data, spec: SpaceSpec | None = None, step
 
 
 @pytest.fixture(scope="session")
-def study_supernet(tmp_path_factory):
-    """Prepared data and a 6-slot supernet trained 300 SPOS steps (long enough that candidates score differently),
-    for the studies' tests."""
-    root = tmp_path_factory.mktemp("study")
-    data = prepare_tiny_data(root)
-    return {"root": root, "data": data, "run": build_tiny_supernet(root / "supernet", data, steps=300)}
+def tiny_data(tmp_path_factory):
+    """The tiny prepared data (vocab ~500, 32 tokens) of the embedded corpus' first 160 documents."""
+    return prepare_tiny_data(built_once(tmp_path_factory, "data", prepare_tiny_data))
 
 
 @pytest.fixture(scope="session")
-def tiny(tmp_path_factory):
+def study_supernet(tmp_path_factory, tiny_data):
+    """Prepared data and a 6-slot supernet trained 300 SPOS steps (long enough that candidates score differently),
+    for the studies' tests."""
+    root = built_once(tmp_path_factory, "study", lambda d: build_tiny_supernet(d / "supernet", tiny_data, steps=300))
+    return {"root": root, "data": tiny_data, "run": root / "supernet"}
+
+
+def _build_tiny(root: Path, data) -> None:
+    build_tiny_supernet(root / "supernet", data, steps=30)
+    build_tiny_supernet(root / "other", data, spec=tiny_spec("tiny4", 4, ("dc", "ff")), steps=0)
+    (root / "tiny6.yaml").write_text("name: tiny6\nslots: 6\ncandidates: [dc, sa, ff, glu]\nsize: tiny\n")
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory, tiny_data):
     """Prepared data (vocab ~500, 32 tokens) and two supernet runs: `run` (6 slots of dc/sa/ff/glu, 30 SPOS steps)
-    and `other` (4 slots of dc/ff, untrained). Shared by every test file of a worker: copy before changing them."""
-    root = tmp_path_factory.mktemp("tiny")
-    data = prepare_tiny_data(root)
-    run = build_tiny_supernet(root / "supernet", data, steps=30)
-    other = build_tiny_supernet(root / "other", data, spec=tiny_spec("tiny4", 4, ("dc", "ff")), steps=0)
-    space_file = root / "tiny6.yaml"
-    space_file.write_text("name: tiny6\nslots: 6\ncandidates: [dc, sa, ff, glu]\nsize: tiny\n")
-    return {"root": root, "data": data, "run": run, "other": other, "space_file": space_file,
-            "tokenizer": data.tokenizer_dir}
+    and `other` (4 slots of dc/ff, untrained). Shared by every test file of the session: copy before changing them."""
+    root = built_once(tmp_path_factory, "tiny", lambda d: _build_tiny(d, tiny_data))
+    return {"root": root, "data": tiny_data, "run": root / "supernet", "other": root / "other",
+            "space_file": root / "tiny6.yaml", "tokenizer": tiny_data.tokenizer_dir}
 
 
 @pytest.fixture(scope="module")
@@ -280,15 +288,16 @@ def scorer(tiny):
     return SupernetScorer(tiny["run"], val_tokens=2048, batch_size=32)
 
 
-def tiny_model_dir(root: Path) -> Path:
-    """A tiny LV-BERT model directory (4 slots dc/sa/ff/glu, hidden 32) with the tiny prepared data's tokenizer."""
+def tiny_model_dir(root: Path, data=None) -> Path:
+    """A tiny LV-BERT model directory (4 slots dc/sa/ff/glu, hidden 32) with the tiny prepared data's tokenizer
+    (`data`'s, else prepared under ROOT)."""
     from nni_lvbert.hf import LVBertForMaskedLM
     from nni_lvbert.hf.convert import hf_config
     from nni_lvbert.hf.save import save_hf_model
 
     out = root / "model"
     if not out.exists():
-        data = prepare_tiny_data(root)
+        data = data or prepare_tiny_data(root)
         torch.manual_seed(0)
         cfg = tiny_config(vocab_size=data.vocab_size)
         save_hf_model(LVBertForMaskedLM(hf_config(cfg, ["dc", "sa", "ff", "glu"])), tokenizer_dir=data.tokenizer_dir,
@@ -297,9 +306,9 @@ def tiny_model_dir(root: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def model_dir(tmp_path_factory):
+def model_dir(tmp_path_factory, tiny_data):
     """An exported model directory (what `lvbert export` / `lvbert pretrain` write); copy before changing it."""
-    return tiny_model_dir(tmp_path_factory.mktemp("model"))
+    return built_once(tmp_path_factory, "model", lambda d: tiny_model_dir(d, tiny_data)) / "model"
 
 
 @pytest.fixture(scope="module")

@@ -402,7 +402,7 @@ def test_ddp_ranks_split_each_global_batch():
 
 
 @pytest.mark.slow
-def test_ddp_two_cpu_ranks_equal_one_device(tmp_path, capsys):
+def test_ddp_two_cpu_ranks_equal_one_device(tmp_path, capsys, tiny_data):
     """--devices 2: each rank takes half of every global batch, rank 0 writes everything; with dropout 0 (the
     classifier's too) the run equals the one-device run: same dev curve, same fine-tuned weights."""
     import os
@@ -414,9 +414,9 @@ def test_ddp_two_cpu_ranks_equal_one_device(tmp_path, capsys):
     from nni_lvbert.hf import LVBertForMaskedLM
     from nni_lvbert.hf.convert import hf_config
     from nni_lvbert.hf.save import save_hf_model
-    from tests.conftest import prepare_tiny_data, tiny_config
+    from tests.conftest import tiny_config
 
-    data = prepare_tiny_data(tmp_path)
+    data = tiny_data
     torch.manual_seed(0)
     config = hf_config(tiny_config(vocab_size=data.vocab_size), ["dc", "sa", "ff", "glu"])
     config.classifier_dropout = 0.0

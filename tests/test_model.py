@@ -174,12 +174,12 @@ def test_mlm_correct_is_argmax_equals_target_including_ties(shape):
 
 
 @pytest.fixture(scope="module")
-def untrained_supernet(tmp_path_factory):
+def untrained_supernet(tmp_path_factory, tiny_data):
     """A supernet run directory (6 slots, untrained: the tied head below decides every prediction)."""
-    from tests.conftest import build_tiny_supernet, prepare_tiny_data
+    from tests.conftest import build_tiny_supernet
 
     root = tmp_path_factory.mktemp("ties")
-    return build_tiny_supernet(root / "supernet", prepare_tiny_data(root), steps=0)
+    return build_tiny_supernet(root / "supernet", tiny_data, steps=0)
 
 
 def test_scorer_trial_and_iot_count_ties_like_the_one_accuracy_function(untrained_supernet, one_thread):

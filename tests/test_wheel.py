@@ -158,15 +158,11 @@ print(json.dumps([str(c.trial_code_directory), str(c.search_space_file), str(c.t
     assert canonical == [str(exp.resolve()), str(exp.resolve() / "search_space.json"), str(exp.resolve())]
 
 
-def test_installed_cli_scores_a_supernet(installed):
+def test_installed_cli_scores_a_supernet(installed, tiny):
     """`lvbert search score` of the installed package on a tiny supernet run directory = the in-process score."""
     from nni_lvbert.search.scorer import SupernetScorer
-    from tests.conftest import build_tiny_supernet, prepare_tiny_data
 
-    root = installed["root"] / "supernet-data"
-    root.mkdir()
-    data = prepare_tiny_data(root)
-    run_dir = build_tiny_supernet(root / "supernet", data, steps=10)
+    run_dir = tiny["run"]  # the session's tiny supernet (conftest.py), built once for every file that reads one
     out = _ok(_run([installed["lvbert"], "search", "score", "--supernet", run_dir, "--arch", "csfgcs",
                     "--val-tokens", "1024", "--device", "cpu", "--json"], installed["root"], installed["env"]))
     result = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
@@ -209,19 +205,17 @@ print(json.dumps(clf(["the war ended", "a river"])))
 """
 
 
-def test_the_hf_extra_trains_with_transformers_trainer(installed):
+def test_the_hf_extra_trains_with_transformers_trainer(installed, model_dir):
     """`pip install 'nni-lvbert[hf]'` brings accelerate, which transformers' Trainer needs: a saved tiny directory is
     fine-tuned by Trainer in the venv, saved, and reloaded by `pipeline("text-classification")` in a fresh process,
     which gives the trained model's probabilities."""
-    from tests.conftest import tiny_model_dir
-
     meta = next(n for n in zipfile.ZipFile(installed["wheel"]).namelist() if n.endswith(".dist-info/METADATA"))
     requires = zipfile.ZipFile(installed["wheel"]).read(meta).decode()
     assert 'Provides-Extra: hf' in requires and 'Requires-Dist: accelerate>=1.1.0; extra == "hf"' in requires
 
     root = installed["root"] / "trainer"
     root.mkdir()
-    source, out = tiny_model_dir(root), root / "classifier"
+    source, out = model_dir, root / "classifier"  # the session's tiny model directory (conftest.py): read only
     env = {**installed["env"], "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(root / "modules")}
     trained = json.loads(_ok(_run([installed["python"], "-c", TRAIN, source, out], root, env)).splitlines()[-1])
     assert trained["steps"] == 4 and trained["moved"] > 0
