@@ -13,10 +13,12 @@ XDIST_WORKER = bool(os.environ.get("PYTEST_XDIST_WORKER"))
 # (xdist's default puts files with many tests first, which left the few-but-slow nnictl, multi-node and wheel
 # files for the end: one worker ran them while the other had nothing left). Roughly by wall time on 2 cores; the
 # files that start nnictl experiments apart, so that the two workers seldom run two experiments at once.
-SLOW_FIRST = ["test_multinode.py", "test_search_nnictl.py", "test_docs.py", "test_standalone_nnictl.py",
+SLOW_FIRST = ["test_multinode.py", "test_tuner_registry.py", "test_docs.py", "test_search_nnictl.py",
+              "test_standalone_nnictl.py",
               "test_pipeline.py", "test_supernet.py", "test_supernet_nnictl.py", "test_graph_export.py",
               "test_pretrain.py", "test_wheel.py", "test_standalone_remote.py", "test_study.py", "test_iot.py",
-              "test_ranking.py", "test_finetune.py", "test_corrupt.py", "test_tuner_resume.py", "test_data.py"]
+              "test_ranking.py", "test_finetune.py", "test_python_api.py", "test_corrupt.py", "test_tuner_resume.py",
+              "test_data.py"]
 
 
 def pytest_configure(config):
