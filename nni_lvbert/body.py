@@ -133,19 +133,19 @@ class SlotStack:
     pack_padding: bool = False
 
     def build_slots(self, cfg, types) -> None:
-        """One module per slot from `layers.layer_maker`: `layers.<i>`, or with sharing "type" `shared.<type>`."""
+        """One module per slot from `layers.layer_maker`: `layers.<i>`, or with sharing "type" `shared.<type>`
+        (and `layers` the list of the slots' modules, not registered: each is stored once)."""
         make = layer_maker(cfg)
         self.slot_types = list(types)
         if cfg.sharing == "type":
             self.shared = nn.ModuleDict({t: make(t) for t in dict.fromkeys(self.slot_types)})
+            self.layers = [self.shared[t] for t in self.slot_types]
         else:
             self.layers = nn.ModuleList(make(t) for t in self.slot_types)
         self._register_load_state_dict_pre_hook(self._load_old_slot_names)
 
     def slots(self) -> list[nn.Module]:
         """The module each slot runs, in order."""
-        if "shared" in self._modules:
-            return [self.shared[t] for t in self.slot_types]
         return list(self.layers)
 
     def run_slots(self, x, mask=None, *, start: int = 0, states: list | None = None, checkpoint=None):

@@ -33,14 +33,19 @@ def hf_state_dict(state: dict, types, sharing: str = "none", head: str = "head")
     """The project's MLM state dict (fixed model or frozen supernet, of now or before) as the HF model's: the
     body's keys behind `lvbert.`, the head's (`head.*`, saved under `head`) as they are."""
     out: dict = {}
+    types = list(types)
     for key, value in state.items():
         top, _, rest = key.partition(".")
         if top not in BODY and top != "head":
             raise UserError(f"unexpected weight {key!r}: not an LV-BERT masked-language model")
+        slot = rest.partition(".")[0]
+        if top == "layers" and not (slot.isdigit() and int(slot) < len(types)) or top == "shared" and slot not in types:
+            raise UserError(f"weights hold {key!r} but the architecture {''.join(_letters(types))} has "
+                            f"{len(types)} slots")
         out[f"lvbert.{key}" if top in BODY else f"{head}.{rest}"] = value
     if sharing == "type":
         try:
-            old_slot_names(out, "lvbert.", list(types))
+            old_slot_names(out, "lvbert.", types)
         except ValueError as e:
             raise UserError(str(e)) from None
     return out
