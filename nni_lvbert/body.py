@@ -126,7 +126,7 @@ class SlotStack:
     A mixin for an nn.Module (a plain one, NNI's ModelSpace, transformers' PreTrainedModel); `build_slots`
     registers the slots of a fixed order (the search space registers its LayerChoices as `layers` itself)."""
 
-    slot_types: list[str] | None = None  # set by build_slots; None: `self.layers` holds the slots
+    slot_types: list[str] | None = None  # the fixed order (build_slots); the search space has LayerChoices
     # Padded batches run packed (`layers.rows`) or in place: the same hidden states (0 at padding), the same
     # outputs; the gradients differ in their last bits (a sum over other rows). The HF classes pack (fine-tuning's
     # padded batches); the project's models do not, so that a seed's training stays bit for bit what it was.
@@ -152,9 +152,8 @@ class SlotStack:
         """Hidden states after the slots from `start` on (batch, seq, H), from their input `x`. mask: (batch, seq),
         1 at real tokens. A padded batch runs packed with `pack_padding` (`layers.rows`: the layers skip padding,
         whose states are 0); else, or traced, padding stays in place and is zeroed after each slot, as unpacking
-        leaves it. `states`: a list to
-        which each slot's output is appended; `checkpoint`: a function(layer.__call__, *args) (activation
-        checkpointing)."""
+        leaves it. `states`: a list to which each slot's output is appended; `checkpoint`: a
+        function(layer.__call__, *args) (activation checkpointing)."""
         mask, rows = slot_inputs(mask, self.pack_padding)
         padding = ~mask.unsqueeze(-1) if mask is not None and rows is None else None
         if rows is not None:
