@@ -2,12 +2,14 @@
 import pytest
 import torch
 from conftest import tiny_config
+from safetensors.torch import save_file
 
 from nni_lvbert.body import SlotStack
 from nni_lvbert.errors import UserError
 from nni_lvbert.hf.convert import hf_config, hf_state_dict, to_hf_masked_lm
 from nni_lvbert.hf.modeling_lvbert import LVBertForMaskedLM, LVBertModel
 from nni_lvbert.modeling import FixedMLM
+from nni_lvbert.safeio import load_weights
 from nni_lvbert.space import LVBertSpace
 
 ARCH = ["dc", "sa", "ff", "glu", "dc", "sa"]
@@ -93,7 +95,7 @@ def _old_names(state: dict, types) -> dict:
     return out
 
 
-def test_files_with_the_old_slot_names_still_load():
+def test_files_with_the_old_slot_names_still_load(tmp_path):
     cfg = tiny_config(sharing="type")
     torch.manual_seed(0)
     new = FixedMLM(cfg, ARCH).eval()
@@ -108,6 +110,13 @@ def test_files_with_the_old_slot_names_still_load():
         hf = to_hf_masked_lm(old, cfg, ARCH)  # the HF export of an old checkpoint
         assert torch.equal(hf(input_ids=ids, attention_mask=mask, token_type_ids=types).logits,
                            new(ids, mask, types).logits)
+    first = {t: i for i, t in reversed(list(enumerate(ARCH)))}  # safetensors kept one name per shared tensor
+    save_file({k: v for k, v in old.items() if not k.startswith("layers.") or int(k.split(".")[1]) in
+               first.values()}, tmp_path / "old.safetensors")
+    torch.manual_seed(2)
+    from_file = FixedMLM(cfg, ARCH).eval()
+    load_weights(from_file, tmp_path / "old.safetensors")  # how run directories load their weights
+    assert all(torch.equal(v, new.state_dict()[k]) for k, v in from_file.state_dict().items())
     old["layers.4.value.bias"] = old["layers.4.value.bias"] + 1  # slot 4 is a dc: no longer the same module
     with pytest.raises(UserError, match="shared dc layer differ between slots"):
         hf_state_dict(old, ARCH, "type")
