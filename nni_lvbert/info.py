@@ -19,7 +19,7 @@ def param_counts(cfg: ModelConfig, types) -> dict:
     """Parameter counts of an Arch (or a list of layer types) without building the whole model: one module per
     distinct layer type."""
     from .layers import build_layer
-    from .modeling import Embeddings, MLMHead
+    from .body import Embeddings, MLMHead
 
     per_type = {t: _numel(build_layer(t, cfg)) for t in sorted(set(types))}
     uses = Counter(types)

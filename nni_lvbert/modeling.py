@@ -1,7 +1,8 @@
-"""Embeddings, MLM head and the fixed-architecture LV-BERT masked-language model (no NNI).
+"""The project's MLM models on the one body (`body.py`): the masked-LM forward, the fixed-architecture model.
 
-The search space (space.py) reuses `Embeddings`, `MLMHead` and `MaskedLMMixin`, so a frozen space and a fixed
-model run the very same code; only the way `self.layers` is filled differs.
+The search space (space.py) shares `MaskedLMMixin` with the fixed model and the Hugging Face classes share the
+body, so a frozen space, a fixed model and `hf.LVBertForMaskedLM` run the very same code; only the way the slots
+are filled differs.
 """
 from __future__ import annotations
 
@@ -11,48 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .body import DiscriminatorHead, Embeddings, MLMHead, SlotStack, init_weights
 from .config import ModelConfig, SpaceSpec
-from .layers import layer_maker
-from .layers.dropout import Dropout
 
-
-class Embeddings(nn.Module):
-    """Token + position + segment embeddings of size E, LayerNorm, dropout, then E->H when E != H (ALBERT)."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        e = cfg.embedding_size
-        self.word = nn.Embedding(cfg.vocab_size, e, padding_idx=cfg.pad_token_id)
-        self.position = nn.Embedding(cfg.max_position, e)
-        self.segment = nn.Embedding(cfg.type_vocab_size, e)
-        self.norm = nn.LayerNorm(e, eps=cfg.layer_norm_eps)
-        self.dropout = Dropout(cfg.dropout)
-        self.project = nn.Linear(e, cfg.hidden_size) if e != cfg.hidden_size else nn.Identity()
-
-    def forward(self, input_ids: torch.Tensor | None, token_type_ids: torch.Tensor | None = None,
-                inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
-        """`inputs_embeds` (batch, seq, E) stands for `self.word(input_ids)` when given (transformers' convention)."""
-        words = self.word(input_ids) if inputs_embeds is None else inputs_embeds
-        n = words.shape[1]
-        if n > self.position.num_embeddings:  # the CLI refuses such data first (data.tokenizer.check_max_length)
-            raise ValueError(f"sequence length {n} exceeds the position table ({self.position.num_embeddings})")
-        x = words + self.position.weight[:n]
-        x = x + (self.segment(token_type_ids) if token_type_ids is not None else self.segment.weight[0])
-        return self.project(self.dropout(self.norm(x)))
-
-
-class MLMHead(nn.Module):
-    """BERT/ELECTRA-generator head: Linear H->E, GELU, LayerNorm, then the tied word embedding + bias."""
-
-    def __init__(self, cfg: ModelConfig, word: nn.Embedding):
-        super().__init__()
-        self.dense = nn.Linear(cfg.hidden_size, cfg.embedding_size)
-        self.norm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps)
-        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
-        self.word = [word]  # a list, so the tied weight is not registered (and counted) twice
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.norm(F.gelu(self.dense(h))), self.word[0].weight, self.bias)
+__all__ = ["DiscriminatorHead", "Embeddings", "MLMHead", "init_weights", "MLMOutput", "MaskedLMMixin", "Encoder",
+           "FixedMLM", "masked_positions", "masked_rows", "mlm_correct", "mlm_accuracy"]
 
 
 @dataclass
@@ -64,18 +28,13 @@ class MLMOutput:
     hidden: torch.Tensor | None = None
 
 
-class MaskedLMMixin:
-    """Forward shared by the fixed model and the search space; needs `embeddings`, `layers`, `head`."""
+class MaskedLMMixin(SlotStack):
+    """Forward shared by the fixed model and the search space; needs `embeddings`, the slots, `head`."""
 
     def encode(self, input_ids, attention_mask=None, token_type_ids=None, start: int = 0, hidden=None):
-        """Hidden states after all slots; `start`/`hidden` resume from a cached prefix of slots."""
-        mask = attention_mask.bool() if attention_mask is not None else None
-        if mask is not None and not torch.compiler.is_compiling() and bool(mask.all()):
-            mask = None  # nothing padded: one host sync here instead of one per layer (sdpa_mask); same results
+        """Hidden states after all slots (0 at padding); `start`/`hidden` resume from a cached prefix of slots."""
         x = self.embeddings(input_ids, token_type_ids) if hidden is None else hidden
-        for layer in list(self.layers)[start:]:
-            x = layer(x, mask)
-        return x
+        return self.run_slots(x, attention_mask, start=start)
 
     def mlm(self, hidden, labels=None, only_masked: bool = True, positions=None) -> MLMOutput:
         """MLM loss/accuracy. With labels and only_masked, the vocabulary projection runs only at the masked
@@ -140,29 +99,6 @@ def mlm_accuracy(pairs) -> float:
     return correct / count if count else 0.0
 
 
-def init_weights(module: nn.Module, std: float) -> None:
-    """BERT initialisation: N(0, std) for Linear/Embedding weights, zero biases, unit LayerNorm."""
-    for m in module.modules():
-        if isinstance(m, (nn.Linear, nn.Conv1d)):
-            nn.init.normal_(m.weight, std=std)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, std=std)
-            if m.padding_idx is not None:
-                with torch.no_grad():
-                    m.weight[m.padding_idx].zero_()
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.ones_(m.weight)
-            nn.init.zeros_(m.bias)
-
-
-def build_slot_layers(types, cfg: ModelConfig) -> list[nn.Module]:
-    """One module per slot (`layers.layer_maker`: with sharing='type' all slots of a type reuse one module)."""
-    make = layer_maker(cfg)
-    return [make(t) for t in types]
-
-
 class Encoder(MaskedLMMixin, nn.Module):
     """Embeddings + one layer per slot of one fixed architecture, no head: the body of every fixed model
     (`FixedMLM` adds the MLM head; ELECTRA's discriminator is one, with `DiscriminatorHead` beside it). `arch` is
@@ -176,7 +112,7 @@ class Encoder(MaskedLMMixin, nn.Module):
         self.config = cfg
         self.arch = Arch.parse(arch, space)
         self.embeddings = Embeddings(cfg)
-        self.layers = nn.ModuleList(build_slot_layers(self.arch, cfg))
+        self.build_slots(cfg, self.arch)
         if init:
             init_weights(self, cfg.initializer_range)
 
@@ -190,17 +126,3 @@ class FixedMLM(Encoder):
         super().__init__(cfg, arch, space, init=False)
         self.head = MLMHead(cfg, self.embeddings.word)
         init_weights(self, cfg.initializer_range)
-
-
-class DiscriminatorHead(nn.Module):
-    """ELECTRA's discriminator predictions: dense H->H, GELU, dense H->1, one replaced-token logit per token (the
-    ELECTRA objective's and `hf.LVBertForPreTraining`'s; names as transformers' ELECTRA)."""
-
-    def __init__(self, cfg):
-        super().__init__()
-        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.dense_prediction = nn.Linear(cfg.hidden_size, 1)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.dense_prediction(F.gelu(self.dense(hidden))).squeeze(-1)
-

@@ -11,9 +11,10 @@ from torch import nn
 from nni.nas.nn.pytorch import LayerChoice, ModelSpace
 
 from .arch import slot_label
+from .body import Embeddings, MLMHead, init_weights
 from .config import ModelConfig, SpaceSpec
 from .layers import layer_maker
-from .modeling import Embeddings, MaskedLMMixin, MLMHead, init_weights
+from .modeling import MaskedLMMixin
 
 
 class LVBertSpace(MaskedLMMixin, ModelSpace):
@@ -24,7 +25,7 @@ class LVBertSpace(MaskedLMMixin, ModelSpace):
         super().__init__()
         self.spec, self.config = spec, cfg
         self.embeddings = Embeddings(cfg)
-        make = layer_maker(cfg)  # with sharing='type', one module per candidate type across the slots
+        make = layer_maker(cfg)  # the slot factory: with sharing='type', one module per candidate type across slots
         self.layers = nn.ModuleList(
             LayerChoice({t: make(t) for t in spec.candidates}, label=slot_label(i)) for i in range(spec.slots)
         )

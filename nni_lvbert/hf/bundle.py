@@ -1,9 +1,9 @@
 """The modeling code a saved model directory carries, so it loads with `trust_remote_code=True` without this package.
 
-The layers, embeddings and MLM head live in the package (`nni_lvbert/layers/`, `nni_lvbert/modeling.py`), and
-`hf/modeling_lvbert.py` imports them. A directory cannot import the package, so at save time their sources are
-pasted into one `modeling_lvbert.py` (the layer modules whole, `Embeddings`/`MLMHead` as classes), package imports
-dropped, followed by `hf/modeling_lvbert.py` itself; `configuration_lvbert.py` is copied with `shape.py` (the
+The layers and the body (embeddings, slots and their forward loop, heads' blocks, initialisation) live in the
+package (`nni_lvbert/layers/`, `nni_lvbert/body.py`), and `hf/modeling_lvbert.py` imports them. A directory cannot
+import the package, so at save time their sources are pasted into one `modeling_lvbert.py` (the modules whole),
+package imports dropped, followed by `hf/modeling_lvbert.py` itself; `configuration_lvbert.py` is copied with `shape.py` (the
 model's fields) pasted in place of its import. The code that runs is thus the very code of the package, never a
 second copy kept by hand.
 
@@ -66,14 +66,12 @@ def _part(title: str, source: str) -> str:
 
 def bundle_sources() -> dict[str, str]:
     """{file name: text} of the two files a model directory needs (`configuration_lvbert.py`, `modeling_lvbert.py`)."""
-    from .. import __version__, layers, modeling
+    from .. import __version__, body, layers
     from ..layers import attention, dropout, dynamic_conv, feedforward, rows
     from . import configuration_lvbert, modeling_lvbert
 
-    parts = [(m.__name__, inspect.getsource(m)) for m in (rows, dropout, attention, dynamic_conv, feedforward, layers)]
-    parts += [(f"{modeling.__name__}.{c.__name__}", inspect.getsource(c))
-              for c in (modeling.Embeddings, modeling.MLMHead, modeling.DiscriminatorHead)]
-    parts += [(modeling_lvbert.__name__, inspect.getsource(modeling_lvbert))]
+    modules = (rows, dropout, attention, dynamic_conv, feedforward, layers, body, modeling_lvbert)
+    parts = [(m.__name__, inspect.getsource(m)) for m in modules]
     header = HEADER.format(version=__version__, sources=", ".join(name for name, _ in parts))
     text = header + "from __future__ import annotations\n" + "".join(_part(n, s) for n, s in parts)
     files = {CONFIG_FILE: _config_source(configuration_lvbert), MODELING_FILE: text}

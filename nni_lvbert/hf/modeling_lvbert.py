@@ -1,8 +1,9 @@
 """LV-BERT as `transformers` models: an order of dc/sa/ff/glu layers behind ALBERT-factorized embeddings.
 
-The layers, the embeddings and the MLM head are the project's own modules (`nni_lvbert/layers/`,
-`nni_lvbert/modeling.py`): there is one implementation of each, and `LVBertForMaskedLM` here computes exactly
-what `nni_lvbert.modeling.FixedMLM` does with the same weights. A saved model directory carries this file
+The body (embeddings, slots, the forward loop over them, initialisation) and the heads' blocks are the project's
+own (`nni_lvbert/body.py`, `nni_lvbert/layers/`): there is one implementation of each, and `LVBertForMaskedLM` here
+computes exactly what `nni_lvbert.modeling.FixedMLM` does with the same weights, under the same parameter names
+behind transformers' `base_model_prefix` (`lvbert.`). A saved model directory carries this file
 with those modules pasted above it (`nni_lvbert.hf.bundle`), so it also loads with `trust_remote_code=True` where
 this package is not installed.
 
@@ -31,9 +32,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils import ModelOutput
 
-from ..layers import TokenRows, layer_maker
-from ..layers.rows import tracing
-from ..modeling import DiscriminatorHead, Embeddings, MLMHead
+from ..body import DiscriminatorHead, Embeddings, MLMHead, SlotStack, init_module
 from .configuration_lvbert import LVBertConfig
 
 
@@ -45,51 +44,26 @@ class LVBertPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True  # per slot: activation_checkpointing_enable() (5.24+)
     _no_split_modules = ["Embeddings", "SelfAttention", "DynamicConv", "FeedForward", "GLUFeedForward"]
 
-    @torch.no_grad()
     def _init_weights(self, module):
-        """Every parameter: Linear and Conv1d (the dynamic convolution's depthwise kernels and its kernel
-        generator are a Conv1d and a Linear), embeddings (padding row zero), LayerNorm, the MLM output bias."""
-        std = self.config.initializer_range
-        if isinstance(module, (nn.Linear, nn.Conv1d)):
-            if module.weight is self.get_input_embeddings().weight:
-                return  # the tied MLM decoder: initialised as the word embedding (padding row zero)
-            init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            init.normal_(module.weight, mean=0.0, std=std)
-            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
-                init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, nn.LayerNorm):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
-        elif isinstance(module, MLMHead):
-            init.zeros_(module.bias)
+        """Every parameter (`body.init_module`, through transformers' initialisation functions: weights loaded
+        from a file are left alone); the tied MLM decoder is initialised as the word embedding."""
+        init_module(module, self.config.initializer_range, init, tied=self.get_input_embeddings().weight)
 
 
-class LVBertModel(LVBertPreTrainedModel):
-    """Embeddings, then one layer per slot of `config.layer_types`; returns the final hidden states.
+class LVBertModel(SlotStack, LVBertPreTrainedModel):
+    """Embeddings, then one layer per slot of `config.layer_types`; returns the final hidden states: the project's
+    body (`body.SlotStack`), its parameter names (`embeddings.*`, `layers.<i>.*` or `shared.<type>.*`). Padded
+    batches run packed: no work on padding."""
 
-    With `sharing="type"` all slots of a type run one module (`shared.<type>`, saved once), else each slot has its
-    own (`layers.<i>`), the parameter names of the project's fixed model."""
+    pack_padding = True
 
     def __init__(self, config: LVBertConfig):
         super().__init__(config)
         self.layer_types = config.check_layer_types()
         self.embeddings = Embeddings(config)
-        make = layer_maker(config)  # with sharing="type", one module per type
-        if config.sharing == "type":
-            self.shared = nn.ModuleDict({t: make(t) for t in dict.fromkeys(self.layer_types)})
-        else:
-            self.layers = nn.ModuleList(make(t) for t in self.layer_types)
+        self.build_slots(config, self.layer_types)
         self.gradient_checkpointing = False  # set by transformers' activation/gradient_checkpointing_enable()
         self.post_init()
-
-    def slots(self) -> list[nn.Module]:
-        """The module each slot runs, in order."""
-        if self.config.sharing == "type":
-            return [self.shared[t] for t in self.layer_types]
-        return list(self.layers)
 
     def get_input_embeddings(self):
         return self.embeddings.word
@@ -109,25 +83,10 @@ class LVBertModel(LVBertPreTrainedModel):
                              "attention weights; output_attentions is not supported")
         output_hidden_states = (output_hidden_states if output_hidden_states is not None
                                 else self.config.output_hidden_states)
-        mask = attention_mask.bool() if attention_mask is not None else None
         x = self.embeddings(input_ids, token_type_ids, inputs_embeds=inputs_embeds)
         states = [x] if output_hidden_states else None
-        rows = TokenRows.of(mask)  # padded batch: the layers run on its real tokens only (layers/rows.py)
-        if rows is not None:
-            x = rows.pack(x)
-        # traced (torch.export, ONNX): no packing; padding stays in place and is zeroed after each layer, as unpacked
-        padding = ~mask.unsqueeze(-1) if mask is not None and tracing() else None
-        checkpoint = self.gradient_checkpointing and self.training
-        for layer in self.slots():
-            if checkpoint:
-                x = self._gradient_checkpointing_func(layer.__call__, x, mask, rows)
-            else:
-                x = layer(x, mask, rows)
-            if padding is not None:
-                x = x.masked_fill(padding, 0.0)
-            if states is not None:
-                states.append(x if rows is None else rows.unpack(x))
-        last = x if rows is None else states[-1] if states else rows.unpack(x)
+        checkpoint = self._gradient_checkpointing_func if self.gradient_checkpointing and self.training else None
+        last = self.run_slots(x, attention_mask, states=states, checkpoint=checkpoint)
         out = BaseModelOutput(last_hidden_state=last, hidden_states=tuple(states) if states else None)
         return out if _return_dict(self.config, return_dict) else out.to_tuple()
 

@@ -26,8 +26,8 @@ def save_hf_model(model_or_state, cfg=None, types=None, tokenizer_dir=None, out_
     """Write `out_dir` as a Hugging Face model directory; returns its path.
 
     model_or_state: an `LVBertPreTrainedModel` (any head, saved as it is; `cfg`/`types` may be None), or the
-    project's MLM model / its state dict (`embeddings.*`, `layers.<i>.*`, `head.*`: a fixed model or a frozen
-    supernet), saved as `LVBertForMaskedLM` with the ModelConfig `cfg` and layer order `types`.
+    project's MLM model / its state dict (`embeddings.*`, `layers.<i>.*` or `shared.<type>.*`, `head.*`: a fixed
+    model or a frozen supernet, also as written before `shared.<type>`), saved as `LVBertForMaskedLM` with the ModelConfig `cfg` and layer order `types`.
     tokenizer_dir: a PreTrainedTokenizerFast directory whose vocabulary matches the model's.
     """
     from .bundle import auto_map

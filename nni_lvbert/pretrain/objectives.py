@@ -23,10 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..body import DiscriminatorHead, init_weights
 from ..config import ModelConfig
 from ..data.masking import model_mask
 from ..errors import UserError
-from ..modeling import DiscriminatorHead, Encoder, FixedMLM, init_weights, masked_positions
+from ..modeling import Encoder, FixedMLM, masked_positions
 
 OBJECTIVES = ("mlm", "electra")
 DISC_WEIGHT = 50.0  # ELECTRA disc_weight

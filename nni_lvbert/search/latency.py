@@ -72,7 +72,7 @@ def part_calls(cfg, dev, dtype, batch: int, seq: int, types=("dc", "sa", "ff", "
     import torch
 
     from ..layers import build_layer
-    from ..modeling import Embeddings, MLMHead
+    from ..body import Embeddings, MLMHead
 
     cfg = type(cfg).from_dict({**cfg.to_dict(), "dropout": 0.0, "attention_dropout": 0.0})
     embeddings = Embeddings(cfg)
