@@ -59,8 +59,7 @@ def run_experiment(space, evaluator, strategy, workdir: str | Path = "runs/nni",
     from nni.nas.experiment import NasExperimentConfig
     from nni.nas.oneshot.pytorch.strategy import OneShotStrategy
 
-    from .nni_compat import (clear_trial_parameter, fresh_evaluator_per_trial, patch_enas_loader, patch_grid_search,
-                             run_nas_experiment)
+    from .nni_compat import fresh_evaluator_per_trial, patch_enas_loader, patch_grid_search, run_nas_experiment
 
     check_strategy(strategy)
     patch = {"ENAS": patch_enas_loader, "GridSearch": patch_grid_search}.get(type(strategy).__name__)
@@ -70,11 +69,7 @@ def run_experiment(space, evaluator, strategy, workdir: str | Path = "runs/nni",
     if not isinstance(strategy, OneShotStrategy):
         config = NasExperimentConfig("sequential", "raw")
         fresh_evaluator_per_trial(evaluator)  # each trial its own module and Trainer, as NNI's other engines do
-    try:
-        return run_nas_experiment(space, evaluator, strategy, Path(workdir), config, max_trials=max_trials)
-    finally:
-        if config is not None:
-            clear_trial_parameter()  # the last sample stays NNI's current parameter otherwise (nni_compat)
+    return run_nas_experiment(space, evaluator, strategy, Path(workdir), config, max_trials=max_trials)
 
 
 def best_arch_json(arch, space, *, strategy: str, score: float | None = None,

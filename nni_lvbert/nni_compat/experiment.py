@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from .strategies import clear_trial_parameter, in_multi_trial
 
 
 # --- nnictl's experiment-list lock -------------------------------------------------------------------------------
@@ -195,6 +196,8 @@ def run_nas_experiment(space, evaluator, strategy, workdir: Path, config=None, m
             exp.run()
         finally:
             exp.stop()
+            if in_multi_trial():  # the sequential engine's last sample, left as the current parameter (strategies.py)
+                clear_trial_parameter()
     return exp
 
 
