@@ -22,6 +22,7 @@ from ..errors import UserError
 from ..options import OutputOptions, opt, to_dict
 from ..presets import presets
 from ..rundir import RunDir
+from ..threads import HELP as THREADS_HELP, settle
 
 ALL_TOKENS = 10**9  # --val-tokens default: the whole validation split
 QUICK_VAL_TOKENS = 4096  # ... and with --quick (scoring on a whole split is minutes per model on a real corpus)
@@ -90,7 +91,7 @@ class StudyOptions(OutputOptions):
     data_seed: int = opt(0, "seed of the fixed validation masking", group="")
     val_tokens: int | None = opt(None, "validation tokens every model is scored on (default: the whole "
                                        f"validation split; quick {QUICK_VAL_TOKENS:,})", group="")
-    threads: int | None = opt(None, "torch CPU threads", group="")
+    threads: int | None = opt(None, THREADS_HELP, group="")
     given: list[str] | None = field(default=None, compare=False)
 
     @classmethod
@@ -164,10 +165,7 @@ def begin(opts: StudyOptions, what: str) -> StudyOptions:
     """Check OUT (refuse non-empty without --resume/--overwrite); on --resume take the stored options
     (`RunDir.begin`)."""
     opts = RunDir(opts.out, "study", f"{what} directory").begin(opts)
-    if opts.threads:
-        import torch
-
-        torch.set_num_threads(opts.threads)
+    settle(opts.threads)  # the study's trainings keep this decision (threads.py)
     return opts
 
 
