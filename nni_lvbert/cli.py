@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     finally:
+        threads.release()
         if armed:
             import faulthandler
 

@@ -42,7 +42,8 @@ HELP = ("torch CPU threads (default: a fair share of the cores: $OMP_NUM_THREADS
         "known to run at once, else cores / the lvbert processes computing on this machine; torch's own choice "
         "when alone)")
 
-_decision: dict | None = None  # this process's (`settle`), for meta.json
+_decision: dict | None = None  # this command's (`settle`), for meta.json
+_torch_default: int | None = None  # torch's own choice, before any `settle` changed it
 _registered: set[Path] = set()
 
 
@@ -147,9 +148,9 @@ def fair_share(explicit: int | None = None, concurrency: int | None = None, env=
 
 def settle(explicit: int | None = None, concurrency: int | None = None) -> dict:
     """Give this process its threads (`fair_share`; registered as computing first) and remember why (`decision`).
-    Once per process: a later call without `explicit` keeps the first decision (a study's --threads stays for
-    its trainings)."""
-    global _decision
+    Once per command (`release` ends it): a later call without `explicit` keeps the first decision (a study's
+    --threads stays for its trainings)."""
+    global _decision, _torch_default
     import torch  # the caller computes with torch anyway
 
     if explicit is not None and explicit < 1:
@@ -158,11 +159,22 @@ def settle(explicit: int | None = None, concurrency: int | None = None) -> dict:
         return _decision
     register()
     threads, why = fair_share(explicit, concurrency)
-    if threads is not None and threads != torch.get_num_threads():
+    _torch_default = _torch_default or torch.get_num_threads()
+    threads = threads or _torch_default  # alone: torch's own choice (again, after an earlier command in-process)
+    if threads != torch.get_num_threads():
         torch.set_num_threads(threads)
     _decision = {"threads": torch.get_num_threads(), "cores": cores(), "why": why,
                  "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
     return _decision
+
+
+def release() -> None:
+    """The end of a command (`lvbert`'s main, in-process callers included): this process no longer computes, and
+    the next command decides its threads anew."""
+    global _decision
+    _decision = None
+    for path in list(_registered):
+        unregister(path)
 
 
 def decision() -> dict | None:
