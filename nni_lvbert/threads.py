@@ -69,6 +69,8 @@ def _started(pid: int) -> str:
 
 
 def _alive(pid: int) -> bool:
+    if os.name == "nt":  # os.kill(pid, 0) there sends CTRL_C_EVENT: no probe, a registered process counts
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -46,7 +46,8 @@ class HardwareOptions:
                                          "one device)")
     precision: str | None = opt(None, "32-true | bf16-mixed (default bf16-mixed on GPU)")
     num_workers: int = opt(0, "data-loader worker processes")
-    threads: int | None = opt(None, THREADS_HELP)  # `threads.settle`, in `training.fit`
+    # `threads.settle`, in `training.fit`; meta.json records it, and a --resume decides the share anew
+    threads: int | None = opt(None, THREADS_HELP, stored=False)
     # a torch.compile backend ("inductor", ...); None = eager
     compile: str | None = opt(None, "torch.compile for training (backend: inductor when not named); opt-in, for "
                                     "GPUs: pre-training compiles its whole objective (CUDA graphs on a GPU), other "

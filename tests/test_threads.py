@@ -158,3 +158,40 @@ def test_search_trial_takes_threads():
     r = subprocess.run([sys.executable, "-m", "nni_lvbert.search.trial", "--help"], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(Path(trial.__file__).parents[2])}, timeout=120)
     assert r.returncode == 0 and "fair share of the cores" in r.stdout
+
+
+@pytest.mark.parametrize("given, concurrency, expected", [(None, 2, "--threads 4"), ("3", 2, "--threads 3"),
+                                                          (None, 1, None)])
+def test_search_nnictl_trials_default_to_cores_over_concurrency(given, concurrency, expected, tmp_path, monkeypatch):
+    import dataclasses
+    from types import SimpleNamespace
+
+    import yaml
+
+    from nni_lvbert.config import load_size, load_space
+    from nni_lvbert.search import nnictl
+    from nni_lvbert.search.options import NnictlOptions
+    from nni_lvbert.supernet import rundir
+
+    monkeypatch.setattr(threads, "cores", lambda: 8)
+    monkeypatch.setattr(rundir, "supernet_dir", lambda path: SimpleNamespace(spec=load_space("lvbert"),
+                                                                             cfg=load_size("tiny")))
+    monkeypatch.setattr(nnictl, "_check_port", lambda port: None)
+    seen = {}
+    monkeypatch.setattr(nnictl, "_run_nnictl", lambda cmd, env, failure: seen.setdefault("cmd", cmd) and "abcd1234")
+    opts = NnictlOptions(supernet=str(tmp_path / "sn"), out=str(tmp_path / "exp"), concurrency=concurrency,
+                         trial_threads=int(given) if given else None)
+    nnictl.create(dataclasses.replace(opts, experiment_config=str(nnictl.DEFAULT_CONFIG)))
+    command = yaml.safe_load(Path(seen["cmd"][seen["cmd"].index("--config") + 1]).read_text())["trialCommand"]
+    assert (expected in command) if expected else "--threads" not in command, command
+    assert command.count("--threads") <= 1
+
+
+def test_a_training_s_threads_are_not_stored_and_a_resume_decides_anew():
+    from nni_lvbert.options import to_dict
+    from nni_lvbert.pipeline import PipelineOptions
+    from nni_lvbert.supernet.train import SupernetOptions
+
+    for cls in (SupernetOptions, PipelineOptions):
+        opts = cls.flat(threads=2, devices="1")
+        assert opts.hardware.threads == 2 and "threads" not in to_dict(opts) and to_dict(opts)["devices"] == "1"

@@ -165,7 +165,8 @@ def begin(opts: StudyOptions, what: str) -> StudyOptions:
     """Check OUT (refuse non-empty without --resume/--overwrite); on --resume take the stored options
     (`RunDir.begin`)."""
     opts = RunDir(opts.out, "study", f"{what} directory").begin(opts)
-    settle(opts.threads)  # the study's trainings keep this decision (threads.py)
+    if opts.threads:  # the study's trainings keep it (threads.settle); else each decides (torch: not imported yet)
+        settle(opts.threads)
     return opts
 
 
