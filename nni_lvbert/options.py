@@ -43,8 +43,9 @@ def opt(default: Any = dataclasses.MISSING, help: str = "", *, default_factory: 
     its help ends with the default unless the help speaks of it. `exclusive` names a set of options that exclude
     each other, `group` overrides the help section (default: the `GROUP` of the options class that declares the
     field), `stored=False` keeps it out of options.json (`to_dict`: a session's setting a --resume decides anew,
-    e.g. --threads' fair share of the cores). Fields made with plain `field()` or a bare default have no flag (`hpo`, `given`, ...); a subclass may
-    re-declare a field with a bare default to change only its default, keeping its base's flag and help."""
+    e.g. --threads' fair share of the cores). Fields made with plain `field()` or a bare default have no flag
+    (`hpo`, `given`, ...); a subclass may re-declare a field with a bare default to change only its default,
+    keeping its base's flag and help."""
     meta = {"help": help, "flag": flag, "metavar": metavar, "choices": choices, "nargs": nargs, "const": const,
             "type": type, "exclusive": exclusive, "group": group, "stored": None if stored else False}
     meta = {k: v for k, v in meta.items() if v is not None}

@@ -209,9 +209,11 @@ def per_trial(concurrency: int | None) -> int | None:
     return max(1, cores() // concurrency) if concurrency and concurrency > 1 else None
 
 
-def expect_trials_of(config: Path) -> None:
-    """As a trial of nnictl experiment `config`: its trialConcurrency is the known concurrency of `fair_share`
+def start_trial(config: Path | None = None) -> None:
+    """The start of an nnictl trial (not run through `lvbert`'s main), before torch is imported: `quiet_spinning`,
+    and the trialConcurrency of experiment `config` (when given) as the known concurrency of `fair_share`
     ($LVBERT_CONCURRENCY, unless set)."""
-    n = config_concurrency(config)
+    n = config_concurrency(config) if config else None
     if n:
         os.environ.setdefault(CONCURRENCY_ENV, str(n))
+    quiet_spinning()

@@ -142,13 +142,14 @@ def test_run_passes_threads_to_its_search_stage(tmp_path):
     assert supernet_options(opts, tmp_path, False).hardware.threads == 1
 
 
-def test_nnictl_trials_get_cores_over_trial_concurrency(tmp_path, monkeypatch):
+def test_nnictl_trials_get_cores_over_trial_concurrency(registry, tmp_path, monkeypatch):
     monkeypatch.setattr(threads, "cores", lambda: 8)
     assert threads.per_trial(4) == 2 and threads.per_trial(16) == 1 and threads.per_trial(1) is None
     assert threads.config_concurrency(EXPERIMENTS_DIR / "standalone.yml") == 2  # the shipped study experiment
-    monkeypatch.delenv(threads.CONCURRENCY_ENV, raising=False)
-    threads.expect_trials_of(EXPERIMENTS_DIR / "standalone.yml")
+    threads.start_trial(EXPERIMENTS_DIR / "standalone.yml")  # a study's trial: its experiment's trialConcurrency
     assert os.environ[threads.CONCURRENCY_ENV] == "2"
+    assert threads.fair_share(env=os.environ, n_cores=8)[0] == 4
+    assert threads.computing() == [os.getpid()]  # registered as computing
     assert threads.config_concurrency(tmp_path / "missing.yml") is None
 
 

@@ -20,7 +20,7 @@ from ..errors import UserError
 from ..nni_compat import ignore_nni_import_warnings
 from ..layout import SUPERNET
 from ..supernet.rundir import supernet_dir
-from ..threads import HELP as THREADS_HELP, settle
+from ..threads import HELP as THREADS_HELP, settle, start_trial
 from .defaults import BATCH_SIZE, VAL_TOKENS
 
 
@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     p.add_argument("--device", default="auto", help="auto (GPU if visible) | cpu | cuda[:N] | mps (default auto)")
     args = p.parse_args(argv)
+    start_trial()  # before torch: OMP_WAIT_POLICY beside another trial (threads.py)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     ignore_nni_import_warnings()
     try:
