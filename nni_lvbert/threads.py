@@ -16,6 +16,8 @@ The threads of a process (`settle`), first that applies:
 
 At least 1. With one computing process (3 or 4 giving N = 1) torch keeps its own choice: a lone run computes as it
 always did. A process that started alone keeps its threads when a second one starts; the second takes the share.
+Decided once per command (a study's trainings keep the study's), recorded in meta.json (`cpu_threads_decision`)
+and not stored in options.json: a --resume decides again, on the machine as it is then.
 
 The registry: one file per computing process, named by its pid, in `~/.cache/nni-lvbert/running/` (or
 $LVBERT_CACHE/running/), holding the process's start time (so a reused pid is not mistaken for it); files of dead
@@ -24,7 +26,8 @@ processes are ignored and removed; a process removes its own at exit.
 OMP_WAIT_POLICY=PASSIVE (`quiet_spinning`): `lvbert` sets it (never overriding a value the user set) before torch is
 imported when another lvbert process is computing, so that idle OpenMP workers sleep instead of spinning on cores
 the neighbour needs. It must be set before the OpenMP runtime loads (it reads the variable once), so only a process
-starting beside another can have it; a lone run keeps OpenMP's default (spinning is a little faster alone).
+starting beside another can have it; a lone run keeps OpenMP's default, as before.
+nnictl trials, which do not run through `lvbert`'s main, do the same first (`start_trial`).
 """
 from __future__ import annotations
 
