@@ -41,18 +41,20 @@ def child_env(registry: Path) -> dict:
     return {**{k: v for k, v in os.environ.items() if k not in drop}, "LVBERT_CACHE": str(registry)}
 
 
-def command(work: Path, out: Path, steps: int, quick: bool, today: bool) -> list[str]:
+def command(work: Path, out: Path, steps: int, quick: bool, today: bool, threads: int | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "nni_lvbert.cli", "supernet", "train", "--size", "tiny", "--max-steps", str(steps),
            "--out", str(out), "--cache-dir", str(work / "data"), "--no-progress", "--overwrite",
            *(QUICK if quick else [])]
-    return cmd + (["--threads", str(cores())] if today else [])
+    return cmd + (["--threads", str(threads or cores())] if today else [])
 
 
-def run_side(work: Path, name: str, copies: int, steps: int, quick: bool, today: bool) -> dict:
-    """`copies` trainings started at once; each one's train_seconds and threads (meta.json)."""
+def run_side(work: Path, name: str, copies: int, steps: int, quick: bool, today: bool,
+             threads: int | None = None) -> dict:
+    """`copies` trainings started at once (`threads`: their --threads, default: all cores "today", else none);
+    each one's train_seconds and threads (meta.json)."""
     outs = [work / f"{name}-{i}" for i in range(copies)]
     start = time.perf_counter()
-    procs = [subprocess.Popen(command(work, o, steps, quick, today), stdout=subprocess.DEVNULL,
+    procs = [subprocess.Popen(command(work, o, steps, quick, today, threads), stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True,
                               env=child_env(work / (f"registry-{o.name}" if today else "registry")))
              for o in outs]
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = 2 if args.quick and args.max_steps == 80 else args.max_steps
     with tempfile.TemporaryDirectory(prefix="lvbert-concurrency-") as tmp:
         work = Path(args.workdir or tmp)
-        run_side(work, "warmup", 1, 1, args.quick, False)  # the data prepared once, before anything is timed
+        run_side(work, "warmup", 1, 1, args.quick, True, threads=1)  # the data prepared once, untimed
         sides = {"alone_today": run_side(work, "alone_today", 1, steps, args.quick, True),
                  "alone": run_side(work, "alone", 1, steps, args.quick, False),
                  "pair": run_side(work, "pair", 2, steps, args.quick, False),
