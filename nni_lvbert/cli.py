@@ -11,9 +11,10 @@ import importlib
 import os
 import sys
 
-from . import interrupt
+from . import interrupt, threads
 from .argcheck import Parser, check_values, command_words, parse_args, with_config
 from .errors import UserError
+from .options import option_meta
 from .nni_compat import ignore_nni_import_warnings
 from .ranks import launcher_is_rank_zero
 
@@ -57,6 +58,12 @@ def arm_stack_dumps(file=None) -> float | None:
 def quiet_known_warnings() -> None:
     ignore_nni_import_warnings()  # NNI 3.0's harmless "... is found to be not a nn.Module" (see nni_compat)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def computes(args) -> bool:
+    """A command that computes with torch: its options take --threads (`threads.HELP`)."""
+    cls = getattr(args, "options_cls", None)
+    return cls is not None and option_meta(cls, "threads") is not None
 
 
 def package_version() -> str:
@@ -105,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if computes(args):  # before torch is imported: OMP_WAIT_POLICY beside another lvbert (threads.py)
+        threads.quiet_spinning()
     armed = None
     interrupt.install()
     try:
@@ -136,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     finally:
+        threads.release()
         if armed:
             import faulthandler
 

@@ -140,8 +140,8 @@ def check_space_yaml(data: dict, path) -> None:
                         f"e.g. [dc, sa, ff]; got {cands!r}")
     bad = [c for c in cands if c not in LAYER_TYPES]
     if bad:
-        raise UserError(f"{path}: unknown layer type(s) {', '.join(bad)} in candidates; choose from "
-                        f"{', '.join(LAYER_TYPES)}")
+        raise UserError(f"{path}: candidates must be layer types from {', '.join(LAYER_TYPES)}; unknown layer "
+                        f"type(s) {', '.join(bad)}")
     if "size" in data and data["size"] not in size_names():
         raise UserError(f"{path}: size must be one of {', '.join(size_names())}, got {data['size']!r}")
 

@@ -34,17 +34,20 @@ def field_default(f: dataclasses.Field) -> Any:
 
 def opt(default: Any = dataclasses.MISSING, help: str = "", *, default_factory: Any = dataclasses.MISSING,
         flag: str | None = None, metavar: str | None = None, choices=None, nargs: str | None = None,
-        const: Any = None, type: Any = None, exclusive: str | None = None, group: str | None = None) -> Any:
+        const: Any = None, type: Any = None, exclusive: str | None = None, group: str | None = None,
+        stored: bool = True) -> Any:
     """An option: a dataclass field whose metadata makes its command-line flag (`cliargs.add_options`).
 
     The flag is `--` + the name with dashes (`flag` to spell it otherwise; a bool that defaults to True is
     `--no-NAME`), its type and `nargs` come from the annotation (`T | None` -> T, `list[T]` -> one or more), and
     its help ends with the default unless the help speaks of it. `exclusive` names a set of options that exclude
     each other, `group` overrides the help section (default: the `GROUP` of the options class that declares the
-    field). Fields made with plain `field()` or a bare default have no flag (`hpo`, `given`, ...); a subclass may
-    re-declare a field with a bare default to change only its default, keeping its base's flag and help."""
+    field), `stored=False` keeps it out of options.json (`to_dict`: a session's setting a --resume decides anew,
+    e.g. --threads' fair share of the cores). Fields made with plain `field()` or a bare default have no flag
+    (`hpo`, `given`, ...); a subclass may re-declare a field with a bare default to change only its default,
+    keeping its base's flag and help."""
     meta = {"help": help, "flag": flag, "metavar": metavar, "choices": choices, "nargs": nargs, "const": const,
-            "type": type, "exclusive": exclusive, "group": group}
+            "type": type, "exclusive": exclusive, "group": group, "stored": None if stored else False}
     meta = {k: v for k, v in meta.items() if v is not None}
     return dataclasses.field(default=default, default_factory=default_factory, metadata=meta)
 
@@ -153,13 +156,14 @@ def flag(name: str, opts=None) -> str:
 
 
 def to_dict(opts) -> dict:
-    """The options as stored in a run directory (JSON-safe; `given` is not an option)."""
+    """The options as stored in a run directory (JSON-safe; `given` is not an option, nor one made with
+    `opt(stored=False)`)."""
     full, d = dataclasses.asdict(opts), {}
     full.pop("given", None)
     groups = flat_groups(opts)
     for name, value in full.items():  # a flat group's options in its place, by their own names
         d.update(value) if name in groups else d.__setitem__(name, value)
-    return d
+    return {k: v for k, v in d.items() if (option_meta(opts, k) or {}).get("stored", True)}
 
 
 def given_fields(opts, group: str | None = None) -> set[str]:

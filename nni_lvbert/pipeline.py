@@ -81,7 +81,8 @@ def search_options(opts: PipelineOptions, out, resume: bool):
     from .search.run import SearchOptions
 
     return derive(SearchOptions, opts, (StrategyOptions, RerankOptions, LatencyOptions, OutputOptions),
-                  out=str(out / "search"), supernet=str(out / "supernet"), seed=opts.seed, resume=resume,
+                  out=str(out / "search"), supernet=str(out / "supernet"), seed=opts.seed,
+                  threads=opts.hardware.threads, resume=resume,
                   overwrite=not resume)
 
 

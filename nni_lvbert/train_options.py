@@ -11,6 +11,7 @@ from typing import ClassVar
 from .data.split import DEFAULT_VAL_FRACTION as VAL_FRACTION  # default held-out share of documents
 from .errors import UserError
 from .options import MAY_CHANGE, FlatOptions, OutputOptions, flag, flat_group, opt
+from .threads import HELP as THREADS_HELP
 
 DATA_SEED = 0  # default seed of the fixed validation masking: every run over one corpus scores the same tokens
 
@@ -45,6 +46,8 @@ class HardwareOptions:
                                          "one device)")
     precision: str | None = opt(None, "32-true | bf16-mixed (default bf16-mixed on GPU)")
     num_workers: int = opt(0, "data-loader worker processes")
+    # `threads.settle`, in `training.fit`; meta.json records it, and a --resume decides the share anew
+    threads: int | None = opt(None, THREADS_HELP, stored=False)
     # a torch.compile backend ("inductor", ...); None = eager
     compile: str | None = opt(None, "torch.compile for training (backend: inductor when not named); opt-in, for "
                                     "GPUs: pre-training compiles its whole objective (CUDA graphs on a GPU), other "

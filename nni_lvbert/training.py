@@ -21,7 +21,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from . import interrupt
+from . import interrupt, threads
 from .errors import UserError
 # NNI 3.0 workarounds (trial reporting, running a NasExperiment)
 from .nni_compat import TrialReporter, in_nni_trial, run_nas_experiment
@@ -110,6 +110,7 @@ def fit(run: RunDir, opts: TrainOptions, module, datamodule, *, callbacks=(), hi
     from .callbacks import Compile, ValidationHistory
     from .trainer import build_trainer
 
+    threads.settle(opts.hardware.threads)  # a fair share of the cores unless given (threads.py)
     tracker = ValidationHistory(history, record, reporter, report) if history is not None else None
     backend = opts.hardware.compile
     callbacks = [*([tracker] if tracker else []), *callbacks, *([Compile(backend)] if backend else [])]
@@ -165,6 +166,7 @@ def common_meta(run: RunDir, opts: TrainOptions, result: FitResult, data) -> dic
         "precision": result.precision,
         "device_type": result.trainer.strategy.root_device.type,  # with cpu_threads: the cost in core-minutes
         "cpu_threads": torch.get_num_threads(),
+        "cpu_threads_decision": threads.decision(),  # why that many (threads.settle): flag, env, share
     }
 
 

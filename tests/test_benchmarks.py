@@ -32,3 +32,28 @@ def test_bench_gpu_runs_every_part_on_the_cpu(tmp_path):
     r = subprocess.run([sys.executable, str(BENCH_GPU), "--device", "cuda", "--parts", "layers"], capture_output=True,
                        text=True, env={**env, "CUDA_VISIBLE_DEVICES": ""}, timeout=600)
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: --device cuda")
+
+
+BENCH_CONCURRENCY = BENCH_GPU.parent / "bench_concurrency.py"
+
+
+def test_bench_concurrency_quick_writes_its_json(tmp_path):
+    out = tmp_path / "concurrency.json"
+    r = subprocess.run([sys.executable, str(BENCH_CONCURRENCY), "--quick", "--workdir", str(tmp_path / "work"),
+                        "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads(r.stdout)
+    assert json.loads(out.read_text()) == report and report["quick"] and report["max_steps"] == 2
+    for side, copies in (("alone_today", 1), ("alone", 1), ("pair", 2), ("pair_today", 2)):
+        assert len(report[side]["train_seconds"]) == copies and min(report[side]["train_seconds"]) > 0, side
+    assert report["aggregate_throughput"] > 0 and report["aggregate_throughput_today"] > 0
+    assert report["alone_over_today"] > 0
+    cores = report["cpus"]
+    today = report["alone_today"]["decision"][0]
+    assert today["why"] == "--threads" and report["alone_today"]["cpu_threads"] == [cores]  # every core, as before
+    assert report["alone"]["decision"][0]["why"].startswith("1 lvbert process computing")  # alone: torch's choice
+    pair = report["pair"]["decision"]
+    assert all(d["why"].startswith("2 lvbert processes computing") for d in pair), pair  # both see the other
+    assert report["pair"]["cpu_threads"] == [max(1, cores // 2)] * 2
+    assert "PASSIVE" in [d["omp_wait_policy"] for d in pair]  # the second one started beside the first
+    assert all(d["omp_wait_policy"] is None for d in report["pair_today"]["decision"])  # as before: no policy

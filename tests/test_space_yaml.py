@@ -15,7 +15,7 @@ from nni_lvbert.errors import UserError
     ("slots: true\n", "slots must be a positive integer, got True"),
     ("candidates: dc, sa\n", "candidates must be a non-empty list of layer types"),
     ("candidates: []\n", "candidates must be a non-empty list of layer types"),
-    ("candidates: [dc, conv]\n", "unknown layer type(s) conv in candidates"),
+    ("candidates: [dc, conv]\n", "candidates must be layer types from dc, sa, ff, glu; unknown layer type(s) conv"),
     ("candidates: [dc, dc]\n", "duplicate candidates"),
     ("size: huge\n", "size must be one of"),
     ("name: [a]\n", "name must be a string"),

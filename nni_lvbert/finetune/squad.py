@@ -52,6 +52,10 @@ class QATaskData:
         extra = ("HasAns_em", "HasAns_f1", "NoAns_em", "NoAns_f1") if self.v2 else ()
         return ("em", "f1", *extra)
 
+    def score_text(self) -> str:
+        """What the task's score is, in words (as `TaskData.score_text`)."""
+        return "mean of exact match and F1 (SQuAD's official evaluation)"
+
 
 def squad_name(task: str) -> str | None:
     t = task.lower()

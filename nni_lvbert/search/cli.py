@@ -75,12 +75,14 @@ def score_cmd(args) -> dict:
 def _score(opts) -> dict:
     """`lvbert search score`: the inherited-weight MLM accuracy and loss of one architecture, with standard errors
     (or, with --proxy, a zero-cost proxy at the supernet's shape)."""
+    from ..threads import settle
     from .cost import CostModel
     from .proxies import check_proxy, proxy_score
     from .scorer import open_scorer
 
     if opts.proxy:
         check_proxy(opts.proxy)
+    settle(opts.threads)
     scorer = open_scorer(opts.supernet, val_tokens=opts.val_tokens, batch_size=opts.batch_size, data=opts.data,
                          prefix_cache=False, device=opts.device, masking=opts.val_masking)
     arch = scorer.parse(opts.arch)

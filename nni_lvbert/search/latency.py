@@ -18,6 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
+from .. import threads
 from ..errors import UserError
 
 FORMAT = "lvbert-latency-table"
@@ -220,12 +221,9 @@ def checked_model(path, max_ms: float | None, cfg, spec, device_type: str = "cpu
 
 def table_cli(opts) -> dict:  # opts: search.options.LatencyTableOptions
     """`lvbert search latency-table`."""
-    import torch
-
     from ..config import load_size, load_space
 
-    if opts.threads:
-        torch.set_num_threads(opts.threads)
+    threads.settle(opts.threads)
     cfg = load_size(opts.size)
     table = measure(cfg, opts.size, opts.device, opts.batch, opts.seq, opts.repeats, opts.warmup)
     if opts.out:

@@ -25,6 +25,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..nni_compat import check_nnictl_filelock, experiment_dir, experiment_id_in, trial_error_line, trial_stderr
 from ..resources import BIND_JS_FILE, SEARCH_CONFIG
+from ..threads import per_trial
 
 # the packaged config (experiments/search.yml) is the default of `lvbert search nnictl`
 DEFAULT_CONFIG = SEARCH_CONFIG
@@ -116,6 +117,8 @@ def create(args) -> dict:
 
     LatencySearch.from_options(args.max_latency_ms, args.latency_table, False, run.cfg, spec, latency_device)
     config = Path(args.experiment_config)
+    if args.trial_threads is not None and args.trial_threads < 1:
+        raise UserError(f"--trial-threads must be at least 1, got {args.trial_threads}")
     if args.trial_gpus is not None and args.trial_gpus < 0:
         raise UserError(f"--trial-gpus must be >= 0, got {args.trial_gpus}")
     overrides = {"maxTrialNumber": args.max_trials, "trialConcurrency": args.concurrency,
@@ -135,6 +138,9 @@ def create(args) -> dict:
                                         if a) or None}
     workdir = Path(args.out) if args.out else None
     data = derived_config(config, supernet, overrides, workdir)
+    share = per_trial(data.get("trialConcurrency")) if args.trial_threads is None else None
+    if share:  # trials side by side on this machine: a fair share of the cores each (threads.py)
+        data["trialCommand"] += f" --threads {share}"
     from .algorithm import EvolutionConfig
 
     ca = data["tuner"].get("classArgs", {})

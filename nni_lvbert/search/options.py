@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from .. import layout
 from ..options import opt
+from ..threads import HELP as THREADS_HELP
 from .algorithm import EvolutionConfig
 from .defaults import BATCH_SIZE, VAL_TOKENS
 
@@ -36,6 +37,7 @@ class ScoreOptions(ScoringOptions):
                                   "shape instead of inherited weights: grad-norm | snip | synflow", metavar="NAME",
                             group="")
     seed: int = opt(0, "initialisation seed of --proxy's model", group="")
+    threads: int | None = opt(None, THREADS_HELP, group="")
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class LatencyTableOptions:
     seq: int = opt(128, "tokens per sequence")
     repeats: int = opt(50, "timed calls per part; the median is kept")
     warmup: int = opt(10, "untimed calls per part first")
-    threads: int | None = opt(None, "torch threads on the CPU (default: torch's choice)")
+    threads: int | None = opt(None, THREADS_HELP)
     out: str | None = opt(None, "add the table to this file (one table per device type and torch version)",
                           metavar="T.json")
 
@@ -105,7 +107,8 @@ class NnictlOptions(LatencyOptions):
     out: str | None = opt(None, "experiment working directory (default: the config's)", metavar="DIR")
     seed: int | None = opt(None, "override the tuner's seed")
     val_tokens: int | None = opt(None, f"validation tokens per trial (default {VAL_TOKENS})")
-    trial_threads: int | None = opt(None, "torch threads per trial")
+    trial_threads: int | None = opt(None, "torch CPU threads per trial (default: cores / trialConcurrency, or the "
+                                          "trial's fair share when one trial runs at a time)")
     trial_gpus: int | None = opt(None, "GPUs per trial (trialGpuNumber); without it NNI hides the GPUs from trials, "
                                        "which then score on the CPU")
     population: int | None = opt(None, "override the config's tuner argument")

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 from pathlib import Path
 
-from .. import interrupt, layout
+from .. import interrupt, layout, threads
 from ..arch import Arch
 from ..errors import UserError
 from ..options import OutputOptions, flag, opt
 from ..resume import differing
 from ..rundir import OPTIONS, RunDir
+from ..threads import HELP as THREADS_HELP
 from .algorithm import EvolutionConfig
 from .defaults import STRATEGIES
 from .history import HISTORY, History
@@ -47,7 +48,7 @@ class SearchOptions(StrategyOptions, RerankOptions, LatencyOptions, ScoringOptio
     max_flops: int | None = opt(None, "max backbone FLOPs per max_length sequence", group=CONSTRAINTS)
     prefix_cache: bool = opt(True, "recompute every candidate from the embeddings")
     cache_mb: int = opt(1024, "memory for cached prefix activations")
-    threads: int | None = opt(None, "torch threads (default: torch's choice)")
+    threads: int | None = opt(None, THREADS_HELP)
     given: list[str] | None = field(default=None, compare=False)  # options typed on the command line
 
 
@@ -102,10 +103,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     if not supernet.is_dir():
         raise UserError(f"supernet directory not found: {supernet}")
 
-    import torch
-
-    if opts.threads:
-        torch.set_num_threads(opts.threads)
+    threads.settle(opts.threads)
     from .cost import CostModel
     from .latency import LatencySearch, both, write_pareto
     from .scorer import open_scorer, scored_shape

@@ -20,6 +20,7 @@ from ..errors import UserError
 from ..nni_compat import ignore_nni_import_warnings
 from ..layout import SUPERNET
 from ..supernet.rundir import supernet_dir
+from ..threads import HELP as THREADS_HELP, settle, start_trial
 from .defaults import BATCH_SIZE, VAL_TOKENS
 
 
@@ -66,9 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--val-tokens", type=int, default=VAL_TOKENS)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--data", default=None, help="prepared data directory (default: the supernet's)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     p.add_argument("--device", default="auto", help="auto (GPU if visible) | cpu | cuda[:N] | mps (default auto)")
     args = p.parse_args(argv)
+    start_trial()  # before torch: OMP_WAIT_POLICY beside another trial (threads.py)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     ignore_nni_import_warnings()
     try:
@@ -79,10 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             arch = nni.get_next_parameter()
             if not arch:
                 raise UserError("no parameters from NNI (run under nnictl, or pass --arch)")
-        if args.threads:
-            import torch
-
-            torch.set_num_threads(args.threads)
+        settle(args.threads)
         result = score_trial(args.supernet, arch, args.val_tokens, args.batch_size, args.data, args.device)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

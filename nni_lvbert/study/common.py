@@ -18,6 +18,7 @@ from typing import ClassVar
 from .. import layout
 from ..options import OutputOptions, opt
 from ..presets import presets
+from ..threads import HELP as THREADS_HELP
 from ..standalone.scoring import ALL_TOKENS
 from ..standalone.store import Budget, log  # noqa: F401 (the studies' names)
 
@@ -54,7 +55,7 @@ class StudyOptions(OutputOptions):
     data_seed: int = opt(0, "seed of the fixed validation masking", group="")
     val_tokens: int | None = opt(None, "validation tokens every model is scored on (default: the whole "
                                        f"validation split; quick {QUICK_VAL_TOKENS:,})", group="")
-    threads: int | None = opt(None, "torch CPU threads", group="")
+    threads: int | None = opt(None, THREADS_HELP, group="")
     given: list[str] | None = field(default=None, compare=False)
 
     @classmethod

@@ -23,6 +23,7 @@ from ..options import to_dict
 from ..rundir import RunDir
 from ..safeio import read_json
 from ..standalone.store import one_process_each
+from ..threads import settle
 from .common import StudyOptions, log
 
 # study name (as results record it) -> its module, which holds STUDY
@@ -140,10 +141,8 @@ def begin(opts: StudyOptions, what: str) -> StudyOptions:
     """Check OUT (refuse non-empty without --resume/--overwrite); on --resume take the stored options
     (`RunDir.begin`)."""
     opts = RunDir(opts.out, "study", f"{what} directory").begin(opts)
-    if opts.threads:
-        import torch
-
-        torch.set_num_threads(opts.threads)
+    if opts.threads:  # the study's trainings keep it (threads.settle); else each decides (torch: not imported yet)
+        settle(opts.threads)
     return opts
 
 

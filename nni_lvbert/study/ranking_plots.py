@@ -19,7 +19,9 @@ def plot_cost(result: dict, path: Path) -> None:
         if t["kendall_tau"] is not None:
             h = t.get("kendall_tau_hierarchical")  # orders and seeds resampled, where reanalysed
             ci = (h["ci95"] if h else t["kendall_tau_ci95"]) or [t["kendall_tau"]] * 2
-            left.errorbar([cost], [t["kendall_tau"]], yerr=[[t["kendall_tau"] - ci[0]], [ci[1] - t["kendall_tau"]]],
+            # a bootstrap interval need not hold its point estimate (a small study): bars are clipped at the point
+            left.errorbar([cost], [t["kendall_tau"]], yerr=[[max(0.0, t["kendall_tau"] - ci[0])],
+                                                            [max(0.0, ci[1] - t["kendall_tau"])]],
                           fmt="o", capsize=3)
             taus.append((t["ranker"], cost, t["kendall_tau"]))
         right.plot([cost], [t["regret"]], "o")

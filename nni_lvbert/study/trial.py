@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
+from ..threads import start_trial
 
 
 def run_trial(specs_file: Path, key: str | None) -> dict:
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--specs", required=True, metavar="FILE", help="the experiment's models.json")
     parser.add_argument("--model", default=None, metavar="KEY", help="the model key (default: the tuner's)")
     args = parser.parse_args(argv)
+    start_trial(Path(args.specs).parent / "standalone.yml")  # cores / trialConcurrency each (threads.py)
     try:
         result = run_trial(Path(args.specs), args.model)
     except UserError as exc:
