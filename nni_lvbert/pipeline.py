@@ -200,7 +200,7 @@ def _check_latency(opts: PipelineOptions) -> None:
     (the search checks it again against the trained supernet)."""
     from .config import load_size, load_space
     from .search.latency import LatencySearch
-    from .search.validation import resolve_device
+    from .data.validation import resolve_device
 
     LatencySearch.from_options(opts.max_latency_ms, opts.latency_table, opts.pareto, load_size(opts.size),
                                load_space(opts.space), resolve_device("auto").type)

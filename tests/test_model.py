@@ -189,7 +189,7 @@ def test_scorer_trial_and_iot_count_ties_like_the_one_accuracy_function(untraine
     from nni_lvbert.iot.routing import activate, path_layers, per_instance_mlm
     from nni_lvbert.modeling import mlm_accuracy
     from nni_lvbert.search.scorer import SupernetScorer
-    from nni_lvbert.search.validation import model_accuracy
+    from nni_lvbert.data.validation import model_accuracy
     from nni_lvbert.search.trial import load_candidate
 
     scorer = SupernetScorer(untrained_supernet, val_tokens=1024, batch_size=32, prefix_cache=False)

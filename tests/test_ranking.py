@@ -110,7 +110,7 @@ def test_full_split_masks_every_token_exactly_once(trained):
 def test_metrics_agree_with_the_search_score_and_give_cluster_standard_errors(trained):
     from nni_lvbert.modeling import FixedMLM
     from nni_lvbert.search.scorer import SupernetScorer
-    from nni_lvbert.search.validation import load_val_batches, model_accuracy, model_metrics
+    from nni_lvbert.data.validation import load_val_batches, model_accuracy, model_metrics
 
     scorer = SupernetScorer(trained["run"], val_tokens=10**9, device="cpu", prefix_cache=False)
     arch = scorer.parse("csfcsf")

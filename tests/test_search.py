@@ -182,7 +182,7 @@ def test_tuner_adapter_runs_the_same_algorithm_under_concurrency():
 # -------------------------------------------------------------------------------------------- supernet
 def test_scores_are_inherited_weights_without_copying_the_supernet(tiny, scorer, monkeypatch):
     from nni_lvbert.supernet.rundir import load_supernet
-    from nni_lvbert.search.validation import model_accuracy
+    from nni_lvbert.data.validation import model_accuracy
     from nni_lvbert.search.trial import load_candidate
 
     ptrs = {n: p.data_ptr() for n, p in scorer.space.named_parameters()}
@@ -207,7 +207,7 @@ def test_scores_are_inherited_weights_without_copying_the_supernet(tiny, scorer,
 def test_trial_loads_shared_layer_weights(tiny, tmp_path):
     """sharing='type' (ALBERT): the weight file keeps one copy per layer type; the trial still finds it."""
     from nni_lvbert.search.scorer import SupernetScorer
-    from nni_lvbert.search.validation import model_accuracy
+    from nni_lvbert.data.validation import model_accuracy
     from nni_lvbert.search.trial import load_candidate
 
     run = build_tiny_supernet(tmp_path / "shared", tiny["data"], steps=0, sharing="type", initializer_range=0.5)

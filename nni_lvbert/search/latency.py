@@ -93,7 +93,7 @@ def measure(cfg, size: str, device: str = "cpu", batch: int = 1, seq: int = 128,
     import torch
 
     from ..shape import SHAPE_FIELDS
-    from .validation import resolve_device
+    from ..data.validation import resolve_device
 
     for name, value in (("batch", batch), ("seq", seq), ("repeats", repeats)):
         if value < 1:

@@ -109,7 +109,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     from .cost import CostModel
     from .latency import LatencySearch, both, write_pareto
     from .scorer import open_scorer, scored_shape
-    from .validation import resolve_device
+    from ..data.validation import resolve_device
 
     spec, cfg = scored_shape(supernet)  # the constraints are checked before weights and data are loaded
     _check_space(spec, opts.space, supernet)

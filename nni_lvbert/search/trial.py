@@ -38,7 +38,7 @@ def score_trial(run_dir, arch, val_tokens: int = VAL_TOKENS, batch_size: int = B
                 device="auto") -> dict:
     from ..arch import Arch
     from .cost import CostModel
-    from .validation import load_val_batches, model_accuracy, resolve_device
+    from ..data.validation import load_val_batches, model_accuracy, resolve_device
 
     start = time.perf_counter()
     run = supernet_dir(run_dir)
