@@ -39,9 +39,9 @@ warnings.filterwarnings("ignore")
 
 def source_model(args, task):
     """(LV-BERT classifier, tokenizer, layers): from --model or random; dropout set by `twins`."""
-    import nni_lvbert  # noqa: F401  (Auto registration)
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    import nni_lvbert  # noqa: F401  (Auto registration)
     from nni_lvbert.data import prepare
     from nni_lvbert.hf import LVBertConfig, LVBertForSequenceClassification
 
@@ -65,10 +65,10 @@ def source_model(args, task):
 def twins(source, n_layers: int, dropout: float, seed: int):
     """(ours, transformers') with the source's encoder weights, one fresh classifier (seeded) on both, `dropout`
     everywhere; transformers' pooler replaced by the identity, so both heads read the final [CLS] state."""
-    from tests.test_model import bert_names
     from transformers import BertConfig, BertForSequenceClassification
 
     from nni_lvbert.hf import LVBertForSequenceClassification
+    from tests.test_model import bert_names
 
     c = source.config
     ours_cfg = copy.deepcopy(c)

@@ -21,10 +21,9 @@ warnings.filterwarnings("ignore", message=".*is found to be not a nn.Module.*")
 
 
 def main() -> None:
-    from nni_lvbert.config import load_size, load_space
+    from nni_lvbert.config import LETTER_OF, load_size, load_space
     from nni_lvbert.hf import LVBertModel
     from nni_lvbert.hf.convert import hf_config
-    from nni_lvbert.config import LETTER_OF
     from nni_lvbert.search.latency import CHAIN, LatencyModel, measure, median_ms, part_calls
 
     ap = argparse.ArgumentParser()

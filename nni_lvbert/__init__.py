@@ -17,9 +17,9 @@ first use (module `__getattr__`), so `import nni_lvbert` stays cheap:
 
 __version__ = "0.1.0"
 
-import importlib  # noqa: E402  (stdlib)
+import importlib
 
-from .hf.hook import install as _install_hf_hook  # noqa: E402  (stdlib only)
+from .hf.hook import install as _install_hf_hook
 
 _install_hf_hook()
 

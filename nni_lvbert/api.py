@@ -59,8 +59,13 @@ def run_experiment(space, evaluator, strategy, workdir: str | Path = "runs/nni",
     from nni.nas.experiment import NasExperimentConfig
     from nni.nas.oneshot.pytorch.strategy import OneShotStrategy
 
-    from .nni_compat import (clear_trial_parameter, fresh_evaluator_per_trial, patch_enas_loader, patch_grid_search,
-                             run_nas_experiment)
+    from .nni_compat import (
+        clear_trial_parameter,
+        fresh_evaluator_per_trial,
+        patch_enas_loader,
+        patch_grid_search,
+        run_nas_experiment,
+    )
 
     check_strategy(strategy)
     patch = {"ENAS": patch_enas_loader, "GridSearch": patch_grid_search}.get(type(strategy).__name__)

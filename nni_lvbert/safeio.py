@@ -33,8 +33,7 @@ def reason(exc: BaseException) -> str:
     lines = [s.strip() for s in str(exc).strip().splitlines() if s.strip()]
     text = lines[0] if lines else type(exc).__name__
     for prefix in ("Error while deserializing header: ",):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
+        text = text.removeprefix(prefix)
     return text[:200]
 
 

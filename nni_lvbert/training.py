@@ -16,13 +16,13 @@ The lifecycle steps behind it (`begin`, `open_run`, `fit`, `common_meta`) live h
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
 
 from . import interrupt
 from .errors import UserError
+
 # NNI 3.0 workarounds (trial reporting, running a NasExperiment)
 from .nni_compat import TrialReporter, in_nni_trial, run_nas_experiment
 from .options import replace_options, to_dict

@@ -15,13 +15,19 @@ from safetensors import safe_open
 
 from nni_lvbert.config import ModelConfig
 from nni_lvbert.errors import UserError
-from nni_lvbert.hf import (LVBertConfig, LVBertForMaskedLM, LVBertForPreTraining, LVBertForQuestionAnswering,
-                           LVBertForSequenceClassification, LVBertForTokenClassification, LVBertModel)
+from nni_lvbert.hf import (
+    LVBertConfig,
+    LVBertForMaskedLM,
+    LVBertForPreTraining,
+    LVBertForQuestionAnswering,
+    LVBertForSequenceClassification,
+    LVBertForTokenClassification,
+    LVBertModel,
+)
 from nni_lvbert.hf.convert import hf_config, model_config, to_hf_masked_lm, to_project_model
 from nni_lvbert.hf.save import save_hf_model
 from nni_lvbert.modeling import FixedMLM as ProjectMLM
-from tests.conftest import tiny_config
-from tests.conftest import build_tiny_supernet, one_error_line, prepare_tiny_data, run_cli
+from tests.conftest import one_error_line, run_cli, tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 REPO = Path(__file__).resolve().parent.parent
@@ -155,7 +161,7 @@ def test_token_classification_qa_and_discriminator_heads():
     start, end = torch.tensor([1, 30, 4]), torch.tensor([2, 5, 40])  # beyond the sequence: clamped and ignored
     out = qa(input_ids=ids, attention_mask=mask, start_positions=start, end_positions=end)
     assert out.start_logits.shape == out.end_logits.shape == (3, 12)
-    ce = lambda logits, pos: torch.nn.functional.cross_entropy(logits, pos.clamp(0, 12), ignore_index=12)  # noqa: E731
+    ce = lambda logits, pos: torch.nn.functional.cross_entropy(logits, pos.clamp(0, 12), ignore_index=12)
     torch.testing.assert_close(out.loss, (ce(out.start_logits, start) + ce(out.end_logits, end)) / 2)
     disc = LVBertForPreTraining(config).eval()
     head = disc.discriminator_predictions
@@ -292,8 +298,8 @@ def test_export_fill_mask_pipeline(tiny, tmp_path, capsys):
 def _fake_iot_run(tiny, path):
     """A copy of the supernet run with the files of an IOT run (orders, predictor, final usage)."""
     from nni_lvbert.arch import parse_arch
-    from nni_lvbert.iot.rundir import PREDICTOR, save_orders
     from nni_lvbert.iot.routing import OrderPredictor
+    from nni_lvbert.iot.rundir import PREDICTOR, save_orders
     from nni_lvbert.rundir import RunDir
 
     shutil.copytree(tiny["run"], path)

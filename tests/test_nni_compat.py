@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from nni_lvbert import nni_compat
+from nni_lvbert.config import SpaceSpec
 from nni_lvbert.search import nnictl
 from nni_lvbert.search import strategy as search_strategy
 from nni_lvbert.supernet import strategy as supernet_strategy
-from nni_lvbert.config import SpaceSpec
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -10,13 +10,24 @@ import sys
 
 import pytest
 import torch
-from nni.nas.evaluator.pytorch import Lightning, Trainer
 from nni.nas import strategy as nni_strategy
+from nni.nas.evaluator.pytorch import Lightning, Trainer
 from pytorch_lightning import Callback
 
 import nni_lvbert
-from nni_lvbert import (Arch, MLMDataModule, MLMModule, SeededRandomOneShot, best_arch_json, build_space,
-                        check_strategy, export_model_dir, fixed_model, run_experiment, write_best_arch)
+from nni_lvbert import (
+    Arch,
+    MLMDataModule,
+    MLMModule,
+    SeededRandomOneShot,
+    best_arch_json,
+    build_space,
+    check_strategy,
+    export_model_dir,
+    fixed_model,
+    run_experiment,
+    write_best_arch,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SPACE = "name: api2\nslots: 2\ncandidates: [dc, sa, ff, glu]\nsize: tiny\n"  # 16 architectures: a full grid fits

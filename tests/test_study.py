@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy.stats import kendalltau, spearmanr
 
-from nni_lvbert.study.stats import rank_correlations
 from nni_lvbert.study.search import summarize
+from nni_lvbert.study.stats import rank_correlations
 from tests.conftest import one_error_line, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -46,8 +46,8 @@ def test_a_model_being_trained_by_another_study_is_waited_for_not_trained_twice(
     import time
 
     from nni_lvbert.standalone import store as common
-    from nni_lvbert.study.common import Budget
     from nni_lvbert.standalone.store import Standalone, store_lock, train_standalone
+    from nni_lvbert.study.common import Budget
 
     spec = Standalone(arch="sfsf", objective="mlm", size="tiny", model_config={}, budget=Budget(1, 1e-3, 0, 1),
                       data=str(tmp_path), seed=0, data_seed=0)
@@ -74,8 +74,8 @@ def test_an_interrupted_model_resumes_in_a_store_that_moved(tiny, tmp_path):
     alone: no path the store had when they started is needed."""
     import shutil
 
-    from nni_lvbert.study.common import Budget
     from nni_lvbert.standalone.store import Standalone, train_all
+    from nni_lvbert.study.common import Budget
     from tests.conftest import tiny_config
 
     spec = Standalone(arch="csfs", objective="mlm", size="tiny", budget=Budget(4, 1e-3, 1, 8),
@@ -95,8 +95,8 @@ def test_two_studies_on_one_store_split_the_models_between_them(tmp_path, monkey
     import time
 
     from nni_lvbert.standalone import store as common
-    from nni_lvbert.study.common import Budget
     from nni_lvbert.standalone.store import Standalone, train_all
+    from nni_lvbert.study.common import Budget
 
     specs = [(arch, Standalone(arch=arch, objective="mlm", size="tiny", model_config={},
                                budget=Budget(1, 1e-3, 0, 1), data=str(tmp_path), seed=0, data_seed=0))
@@ -126,8 +126,8 @@ def test_stand_alone_trainings_print_no_model_summary(tmp_path, monkeypatch):
     from pytorch_lightning.callbacks import ModelSummary
 
     from nni_lvbert.pretrain import train
-    from nni_lvbert.study.common import Budget
     from nni_lvbert.standalone.store import Standalone, train_standalone
+    from nni_lvbert.study.common import Budget
     from nni_lvbert.train_options import TrainOptions
     from nni_lvbert.trainer import build_trainer
 

@@ -8,7 +8,6 @@ uninterrupted search ends.
 from __future__ import annotations
 
 import pytest
-
 from nni.common import dump, load
 from nni.runtime import msg_dispatcher as md
 from nni.runtime.tuner_command_channel import CommandType

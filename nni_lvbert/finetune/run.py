@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from .. import layout
+from ..atomic import write_json
 from ..errors import UserError
 from ..options import FlatOptions, OutputOptions, flat_group, opt, to_dict
 from ..ranks import launcher_is_rank_zero
-from ..atomic import write_json
 from ..rundir import RunDir
 from ..train_options import HardwareOptions, TrainOptions, parse_devices
 from ..trainer import check_compile_backend

@@ -146,7 +146,7 @@ def read_glue_tsv(path: Path, spec: GlueSpec, task: str) -> tuple[Split, int]:
     a, b, y, bad = [], [] if ib is not None else None, [], 0
     for line in rows:
         f = line.split("\t")
-        need = max(ia, ib or 0, il if il >= 0 else 0) + 1
+        need = max(ia, ib or 0, max(il, 0)) + 1
         if (width is not None and len(f) != width and task != "mnli") or len(f) < need:
             bad += 1
             continue

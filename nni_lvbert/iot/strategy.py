@@ -20,8 +20,24 @@ from nni.nas.strategy import RandomOneShot
 
 from ..nni_compat import extend_lambda_lr, keep_already_mutated
 from ..supernet.lightning_module import log_throughput
-from .routing import (C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN, OrderPredictor, activate, gumbel_noise,
-                      iot_loss, path_layers, per_instance_mlm, route_logits, tau_at, usage_entropy)
+from .routing import (
+    C1,
+    C2,
+    CLAMP,
+    TAU,
+    TAU_DECAY,
+    TAU_EVERY,
+    TAU_MIN,
+    OrderPredictor,
+    activate,
+    gumbel_noise,
+    iot_loss,
+    path_layers,
+    per_instance_mlm,
+    route_logits,
+    tau_at,
+    usage_entropy,
+)
 
 
 def attach_params(optim_conf, params: list, weight_decay: float = 0.0):

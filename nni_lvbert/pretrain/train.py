@@ -22,9 +22,9 @@ from typing import ClassVar
 
 from .. import layout
 from ..errors import UserError
+from ..options import opt
 from ..presets import presets
 from ..rundir import RunDir
-from ..options import opt
 from ..train_options import TrainOptions
 from ..training import Training
 
@@ -113,8 +113,8 @@ def model_shape(opts: PretrainOptions):
 
 
 def train_pretrain(opts: PretrainOptions) -> dict:
-    from ..config import SpaceSpec
     from ..arch import parse_arch
+    from ..config import SpaceSpec
 
     if opts.arch is not None:  # one spelling on disk: --resume compares like with like
         opts = dataclasses.replace(opts, arch=parse_arch(opts.arch).compact)

@@ -248,11 +248,11 @@ def first_trial_error(exp_dir: Path) -> str | None:
 def export(args) -> dict:
     """`lvbert search export`: the best trial of an nnictl experiment as best_arch.json."""
     from ..arch import parse_arch, to_compact, to_dict
-    from ..info import param_counts
     from ..atomic import write_json
+    from ..info import param_counts
+    from ..supernet.rundir import supernet_dir
     from .cost import CostModel
     from .scorer import space_as_trained
-    from ..supernet.rundir import supernet_dir
 
     exp_dir = Path(args.experiment_dir) if args.experiment_dir else experiment_dir(args.experiment)
     trials, config = read_trials(exp_dir)

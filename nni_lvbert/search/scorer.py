@@ -25,10 +25,11 @@ from pathlib import Path
 import torch
 
 from ..arch import Arch, slot_label
+from ..data.validation import ValBatch, batches_accuracy, batches_metrics, load_val_batches, resolve_device
 from ..errors import UserError
 from .defaults import BATCH_SIZE, VAL_TOKENS
 from .prefix_cache import PrefixCache
-from ..data.validation import ValBatch, batches_accuracy, batches_metrics, load_val_batches, resolve_device
+
 
 class SupernetScorer:
     """MLM accuracy of architectures with inherited supernet weights.

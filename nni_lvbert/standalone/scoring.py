@@ -64,12 +64,12 @@ class Validation:
     identity: dict
 
     @classmethod
-    def of(cls, batches: list, stats: dict, data_seed: int) -> "Validation":
+    def of(cls, batches: list, stats: dict, data_seed: int) -> Validation:
         """Batches loaded by `validation_batches` (or a scorer: its `val_stats`) with the masking's data seed."""
         return cls(batches, {**stats, "data_seed": data_seed})
 
     @classmethod
-    def load(cls, data_path: str, cfg, val_tokens: int, masking: str, data_seed: int) -> "Validation":
+    def load(cls, data_path: str, cfg, val_tokens: int, masking: str, data_seed: int) -> Validation:
         """The validation set of `validation_batches`."""
         batches, stats = validation_batches(data_path, cfg, val_tokens, masking=masking, data_seed=data_seed)
         return cls.of(batches, stats, data_seed)

@@ -39,12 +39,12 @@ from ..iot.method import IOTMethod
 from ..options import flat_group, opt
 from ..rundir import OPTIONS, RunDir
 from ..safeio import read_json
+from ..standalone.scoring import Validation, mlm_model
+from ..standalone.store import preset_size, standalone_spec, train_all
 from .common import Budget, StandaloneStudyOptions, log, shown_path, shown_stats
 from .driver import Plan, Study, Unit, need_supernet
 from .iot_report import report
 from .iot_stats import clustered, goal_test, over_seeds, seed_rows
-from ..standalone.scoring import Validation, mlm_model
-from ..standalone.store import preset_size, standalone_spec, train_all
 
 RESULT = "iot.json"
 ORDERS_GROUP = "candidate orders (one source)"
@@ -158,7 +158,7 @@ def _save_unit(record_file: Path, unit: tuple[dict, dict]) -> None:
     write_json(record_file, unit[0])
 
 
-def _unit(plan: "IOTPlan", out: Path, seed: int) -> tuple[dict, dict]:
+def _unit(plan: IOTPlan, out: Path, seed: int) -> tuple[dict, dict]:
     """One seed: IOT, its M stand-alone baselines and the token-level scores (`iot.scoring`) with the costs."""
     from ..iot.rundir import load_iot  # torch
     from ..iot.scoring import iot_tokens, model_tokens
@@ -321,7 +321,7 @@ def _seed_stats(r: dict, record: dict, archs: list[str]) -> dict:
         "best_shared": {"arch": archs[r["best"]], **cl(y["best_shared"])},
         "best_shared_heldout": {"arch": [archs[k] for k in r["heldout_chosen"]], **cl(y["best_shared_heldout"])},
         "agreement": r["agreement"], "agreement_by_chance": r["agreement_by_chance"],
-        "usage": r["usage"].tolist(), "masked_tokens": int(n.sum()), "rows": int(len(n)),
+        "usage": r["usage"].tolist(), "masked_tokens": int(n.sum()), "rows": len(n),
         "standalone": {a: {**cl(y[f"standalone:{a}"]), "routed_minus_this": cl(y["routed"] - y[f"standalone:{a}"])}
                        for a in archs},
         "core_minutes": record["core_minutes"], "scoring_core_minutes": record["scoring_core_minutes"],

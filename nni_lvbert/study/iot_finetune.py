@@ -23,12 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .. import layout
-from typing import Any
-
 from ..atomic import write_text
 from ..errors import UserError
 from ..iot.method import IOTMethod

@@ -15,7 +15,7 @@ def rank_correlations(x, y, resamples: int = 2000, seed: int = 0) -> dict:
     x, y = np.asarray(x, float), np.asarray(y, float)
     if len(x) < 3:
         raise UserError(f"rank correlations need at least 3 architectures, got {len(x)}")
-    out = {"n": int(len(x)), "kendall_tau": None, "spearman_rho": None, "kendall_tau_ci95": None,
+    out = {"n": len(x), "kendall_tau": None, "spearman_rho": None, "kendall_tau_ci95": None,
            "spearman_rho_ci95": None, "bootstrap_resamples": 0}
     with warnings.catch_warnings():  # scipy warns on constant input; that case is reported as undefined below
         warnings.simplefilter("ignore")
@@ -94,7 +94,7 @@ def top_overlap(scores, truth, k: int = 5) -> float:
     import numpy as np
 
     k = min(k, len(truth))
-    top = lambda v: set(np.argsort(-np.asarray(v, float), kind="stable")[:k].tolist())  # noqa: E731
+    top = lambda v: set(np.argsort(-np.asarray(v, float), kind="stable")[:k].tolist())
     return len(top(scores) & top(truth)) / k
 
 

@@ -25,8 +25,8 @@ from ..errors import UserError
 def run_trial(specs_file: Path, key: str | None) -> dict:
     from ..nni_compat import in_nni_trial
     from ..safeio import read_json
-    from .nnictl import spec_from_json
     from ..standalone.store import train_standalone
+    from .nnictl import spec_from_json
 
     listing = read_json(specs_file, "models.json of a stand-alone experiment")
     models = listing.get("models")
