@@ -198,8 +198,8 @@ def main() -> None:
         per_seed: dict[str, list] = {"ours": [], "transformers": []}
         for seed in args.seeds:
             pair = finetune_pair(source, n_layers, tok, task, 0.1, seed, args, Path(tmp))
-            for k in per_seed:
-                per_seed[k].append(pair[k]["meta"]["score"])
+            for k, scores in per_seed.items():
+                scores.append(pair[k]["meta"]["score"])
     med = {k: statistics.median(v) for k, v in per_seed.items()}
     spread = {k: max(v) - min(v) for k, v in per_seed.items()}
     result["within_noise"] = {

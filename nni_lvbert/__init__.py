@@ -32,7 +32,7 @@ _PUBLIC = {
     "MLMModule": "supernet.lightning_module", "SeededRandomOneShot": "supernet.strategy",
     "load_supernet": "supernet.rundir",
 }
-__all__ = sorted(_PUBLIC)
+__all__ = sorted(_PUBLIC)  # noqa: PLE0605  (a list: the public names, one table above)
 
 
 def __getattr__(name: str):

@@ -229,8 +229,8 @@ class Training:
     def schedule(self) -> dict:
         """The optimisation settings of an `MLMModule` (and its subclasses)."""
         o = self.opts
-        return dict(lr=o.resolved("lr"), warmup_steps=o.resolved("warmup_steps"), max_steps=o.resolved("max_steps"),
-                    weight_decay=o.weight_decay)
+        return {"lr": o.resolved("lr"), "warmup_steps": o.resolved("warmup_steps"),
+                "max_steps": o.resolved("max_steps"), "weight_decay": o.weight_decay}
 
     def data(self, cfg):
         return prepare_data(self.opts, cfg)

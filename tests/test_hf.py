@@ -120,7 +120,7 @@ def test_tied_weights_and_shared_layers_are_stored_once(tmp_path):
     assert {k.split(".")[2] for k in keys if k.startswith("lvbert.shared.")} == {"dc", "sa", "ff", "glu"}
     loaded = LVBertForMaskedLM.from_pretrained(tmp_path)
     assert loaded.head.decoder.weight is loaded.lvbert.embeddings.word.weight
-    ids, mask, types = batch()
+    ids, _mask, _types = batch()
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids=ids).logits, model.eval()(input_ids=ids).logits, atol=0, rtol=0)
 
@@ -128,7 +128,7 @@ def test_tied_weights_and_shared_layers_are_stored_once(tmp_path):
 # --- heads --------------------------------------------------------------------------------------------------------
 
 def test_sequence_classification_losses_follow_transformers():
-    ids, mask, types = batch()
+    ids, mask, _types = batch()
     for num_labels, labels, problem in [(1, torch.randn(3), "regression"),
                                         (3, torch.tensor([0, 2, 1]), "single_label_classification"),
                                         (3, torch.tensor([[1., 0, 1], [0, 0, 1], [1, 1, 0]]),
@@ -139,16 +139,16 @@ def test_sequence_classification_losses_follow_transformers():
         cls = model.lvbert(ids, mask).last_hidden_state[:, 0]
         logits = model.classifier(cls)  # dropout is off in eval: the [CLS] state, no pooler
         torch.testing.assert_close(out.logits, logits)
-        expected = {"regression": lambda: torch.nn.functional.mse_loss(logits.squeeze(), labels),
-                    "single_label_classification": lambda: torch.nn.functional.cross_entropy(logits, labels),
-                    "multi_label_classification":
-                        lambda: torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)}[problem]()
+        expected = {"regression": lambda x, y: torch.nn.functional.mse_loss(x.squeeze(), y),
+                    "single_label_classification": torch.nn.functional.cross_entropy,
+                    "multi_label_classification": torch.nn.functional.binary_cross_entropy_with_logits,
+                    }[problem](logits, labels)
         torch.testing.assert_close(out.loss, expected)
     assert model.dropout.p == 0.1
 
 
 def test_token_classification_qa_and_discriminator_heads():
-    ids, mask, types = batch()
+    ids, mask, _types = batch()
     config = hf_config(tiny_config(), ARCH, num_labels=5)
     tok = LVBertForTokenClassification(config).eval()
     labels = torch.randint(0, 5, ids.shape)
@@ -276,7 +276,7 @@ def test_export_round_trips_the_subnet_exactly(tiny, tmp_path, capsys):
     loaded = AutoModelForMaskedLM.from_pretrained(out)
     hf_state = loaded.state_dict()
     for key, value in subnet.state_dict().items():
-        top, _, rest = key.partition(".")
+        top, _, _rest = key.partition(".")
         assert torch.equal(hf_state[key if top == "head" else f"lvbert.{key}"], value), key
     ids, mask, types = batch(tiny["data"].vocab_size, n=20)
     with torch.no_grad():

@@ -310,7 +310,7 @@ def test_sample_evaluator_and_strategy_status_internals():
     seen = []
 
     class Model:
-        sample = {"layer00": "sa"}
+        sample = {"layer00": "sa"}  # noqa: RUF012  (a stand-in for NNI's model object)
 
     value = search_strategy.SampleEvaluator(lambda s: seen.append(s) or 0.75)._execute(Model())
     assert value == 0.75 and seen == [{"layer00": "sa"}]

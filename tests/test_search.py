@@ -149,7 +149,7 @@ def test_tuner_adapter_runs_the_same_algorithm_under_concurrency():
 
     from nni_lvbert.search.tuner import LVBertEvolutionTuner
 
-    kw = dict(population=6, iterations=3, topk=2, crossover=2, mutation=3)
+    kw = {"population": 6, "iterations": 3, "topk": 2, "crossover": 2, "mutation": 3}
     reference = [tuple(a.values()) for _, a in drive(Algorithm1(choices(), EvolutionConfig(**kw), seed=5))]
     tuner = LVBertEvolutionTuner(seed=5, **kw)
     tuner.update_search_space({k: {"_type": "choice", "_value": v} for k, v in choices().items()})
@@ -246,7 +246,8 @@ def test_strategies_under_nas_experiment(scorer, tmp_path):
     cfg = EvolutionConfig(population=5, iterations=2, topk=2, crossover=2, mutation=2)
     for name in ("evolution", "regularized-evolution", "random"):
         seen = []
-        evaluator = SupernetEvaluator(lambda arch: seen.append(arch) or scorer.score(arch))  # an Arch per sample
+        # an Arch per sample
+        evaluator = SupernetEvaluator(lambda arch, seen=seen: seen.append(arch) or scorer.score(arch))
         exp = run_strategy(scorer.space, make_strategy(name, cfg, seed=0), evaluator, cfg.budget,
                            tmp_path / name)
         assert len(seen) == cfg.budget == 9 and len(set(seen)) == 9, name

@@ -26,7 +26,7 @@ def _write(tiny, tmp_path, capsys, *extra):
     args = ["ranking", "--nnictl", str(tmp_path / "exp"), "--supernet", str(tiny["run"]), *STUDY,
             "--models", str(tmp_path / "store"), "--out", str(tmp_path / "study"), *extra]
     code = main(["study", *args])
-    out, err = capsys.readouterr()
+    _out, err = capsys.readouterr()
     assert code == 0, err
     return tmp_path / "exp"
 

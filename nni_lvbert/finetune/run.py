@@ -209,7 +209,7 @@ def run_options(opts: FinetuneOptions, path: Path, seed: int, task, steps_per_ep
     """(the Lightning run's options, total steps, epochs) of one task x seed run: the task's epochs (or --epochs)
     capped by --max-steps, validation once per epoch; written to its options.json."""
     epochs = opts.epochs if opts.epochs is not None else task.epochs
-    total = max(1, int(round(epochs * steps_per_epoch)))
+    total = max(1, round(epochs * steps_per_epoch))
     if opts.max_steps:
         total = min(total, opts.max_steps)
     ropts = RunOptions(out=str(path), seed=seed, lr=opts.lr or lr, warmup_steps=0,

@@ -306,7 +306,8 @@ def load_files(name: str, train_path, dev_path, text: str, pair: str | None, lab
 
 # --- embedded ---------------------------------------------------------------------------------------------------
 def load_embedded(name: str) -> TaskData:
-    rows = [json.loads(line) for line in lzma.open(TASKS_DIR / EMBEDDED[name], "rt", encoding="utf-8")]
+    with lzma.open(TASKS_DIR / EMBEDDED[name], "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
     part = {s: Split([r["text"] for r in rows if r["split"] == s], None,
                      [r["label"] for r in rows if r["split"] == s]) for s in ("train", "dev")}
     return TaskData(name, "classification", sorted(set(part["train"].labels)), part["train"], {"dev": part["dev"]},

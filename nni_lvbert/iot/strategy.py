@@ -64,7 +64,7 @@ class IOTLightningModule(BaseOneShotLightningModule):
         super().__init__(training_module)
         self.orders = [dict(o) for o in orders]
         self.predictor = OrderPredictor(embedding_dim, len(orders), dropout=predictor_dropout)
-        self.tau_schedule = dict(tau=tau, tau_min=tau_min, decay=tau_decay, every=tau_every)
+        self.tau_schedule = {"tau": tau, "tau_min": tau_min, "decay": tau_decay, "every": tau_every}
         self.c1, self.c2, self.clamp, self.gumbel, self.seed = c1, c2, clamp, gumbel, seed
         self.last_validation: dict | None = None
         self._val = self._usage = None
@@ -230,8 +230,9 @@ class IOTStrategy(RandomOneShot):
         if len(orders) < 2:
             raise ValueError(f"IOT needs at least 2 orders, got {len(orders)}")
         self.orders, self.embedding_dim = [dict(o) for o in orders], embedding_dim
-        self.module_kwargs = dict(tau=tau, tau_min=tau_min, tau_decay=tau_decay, tau_every=tau_every, c1=c1, c2=c2,
-                                  clamp=clamp, gumbel=gumbel, seed=seed, predictor_dropout=predictor_dropout)
+        self.module_kwargs = {"tau": tau, "tau_min": tau_min, "tau_decay": tau_decay, "tau_every": tau_every,
+                              "c1": c1, "c2": c2, "clamp": clamp, "gumbel": gumbel, "seed": seed,
+                              "predictor_dropout": predictor_dropout}
 
     def default_mutation_hooks(self):
         return [keep_already_mutated] + super().default_mutation_hooks()

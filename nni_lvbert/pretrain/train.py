@@ -97,7 +97,7 @@ def model_shape(opts: PretrainOptions):
     from ..config import ModelConfig, load_size
     from ..safeio import read_json
 
-    overrides = dict(dropout=opts.resolved("dropout"), attention_dropout=opts.resolved("dropout"))
+    overrides = {"dropout": opts.resolved("dropout"), "attention_dropout": opts.resolved("dropout")}
     if opts.sharing is not None:
         overrides["sharing"] = opts.sharing
     if opts.model_config is None:

@@ -192,7 +192,7 @@ def _localhost_env(folder: Path, host: str) -> dict:
 
 def _run_nnictl(cmd: list[str], env: dict, failure: str) -> str:
     """Run an nnictl command that starts an experiment; its ID, or one clear line."""
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)  # its exit code is read below
     text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
     exp_id = experiment_id_in(text)
     if proc.returncode != 0 or not exp_id:

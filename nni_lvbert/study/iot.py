@@ -115,7 +115,7 @@ def _train_iot(opts: IOTStudyOptions, path: Path, seed: int, budget, m: int | No
     flags = RunDir(path, "IOT").continuation(marker=OPTIONS)
     if flags is None:
         return
-    common = dict(out=str(path), progress=opts.progress, accelerator=_accelerator(), model_summary=False)
+    common = {"out": str(path), "progress": opts.progress, "accelerator": _accelerator(), "model_summary": False}
     if flags["resume"]:
         train_iot(IOTOptions.flat(**common, resume=True, given=list(common)))
         return
@@ -217,7 +217,8 @@ def plan_iot(opts: IOTStudyOptions) -> IOTPlan:
     if not data:
         raise UserError(f"{opts.supernet}/meta.json records no prepared data directory")
     alone, before = standalone_budget(budget, opts.equal_tokens, opts.supernet, sn.meta)
-    common = dict(size=preset_size(sn), cfg=sn.cfg.to_dict(), budget=alone, data=data, data_seed=opts.data_seed)
+    common = {"size": preset_size(sn), "cfg": sn.cfg.to_dict(), "budget": alone, "data": data,
+              "data_seed": opts.data_seed}
     archs = [o.compact for o in orders]
     specs = {seed: [(f"stand-alone MLM training of {a} (seed {seed})", standalone_spec(a, seed, **common))
                     for a in archs] for seed in range(opts.seed, opts.seed + k)}

@@ -173,7 +173,8 @@ def plan_ranking(opts: RankingOptions) -> RankingPlan:
 
 def study_common(opts: RankingOptions, ref) -> dict:
     """`standalone_spec`'s keywords (but budget) for the study's models: the reference supernet's shape and data."""
-    return dict(size=preset_size(ref), cfg=ref.cfg.to_dict(), data=ref.val_stats["data"], data_seed=opts.data_seed)
+    return {"size": preset_size(ref), "cfg": ref.cfg.to_dict(), "data": ref.val_stats["data"],
+            "data_seed": opts.data_seed}
 
 
 def units(plan: RankingPlan, out: Path) -> list[Unit]:

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # a crash: its traceback, then the one line the web UI's log ends with
+    except Exception as exc:  # noqa: BLE001  (a crash: its traceback, then the one line the web UI's log ends with)
         import traceback
 
         traceback.print_exc()
