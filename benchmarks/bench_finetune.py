@@ -39,9 +39,9 @@ warnings.filterwarnings("ignore")
 
 def source_model(args, task):
     """(LV-BERT classifier, tokenizer, layers): from --model or random; dropout set by `twins`."""
-    import nni_lvbert  # noqa: F401  (Auto registration)
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    import nni_lvbert  # noqa: F401  (Auto registration)
     from nni_lvbert.data import prepare
     from nni_lvbert.hf import LVBertConfig, LVBertForSequenceClassification
 
@@ -65,10 +65,10 @@ def source_model(args, task):
 def twins(source, n_layers: int, dropout: float, seed: int):
     """(ours, transformers') with the source's encoder weights, one fresh classifier (seeded) on both, `dropout`
     everywhere; transformers' pooler replaced by the identity, so both heads read the final [CLS] state."""
-    from tests.test_model import bert_names
     from transformers import BertConfig, BertForSequenceClassification
 
     from nni_lvbert.hf import LVBertForSequenceClassification
+    from tests.test_model import bert_names
 
     c = source.config
     ours_cfg = copy.deepcopy(c)
@@ -198,8 +198,8 @@ def main() -> None:
         per_seed: dict[str, list] = {"ours": [], "transformers": []}
         for seed in args.seeds:
             pair = finetune_pair(source, n_layers, tok, task, 0.1, seed, args, Path(tmp))
-            for k in per_seed:
-                per_seed[k].append(pair[k]["meta"]["score"])
+            for k, scores in per_seed.items():
+                scores.append(pair[k]["meta"]["score"])
     med = {k: statistics.median(v) for k, v in per_seed.items()}
     spread = {k: max(v) - min(v) for k, v in per_seed.items()}
     result["within_noise"] = {

@@ -144,7 +144,6 @@ def model_sides(a, device, amp, compiled: bool) -> dict:
     import copy
 
     from bench_model import build_pair
-
     from nni_lvbert.data.masking import pad_positions
     from nni_lvbert.pretrain.module import COMPILED_POSITIONS
 

@@ -138,8 +138,8 @@ def run(args, folder: Path) -> dict:
         numpy_feed = {k: v.numpy() for k, v in feed.items()}
         calls = {}
         for n in names:
-            calls[f"{n}/eager"] = lambda m=models[n]: m(**feed)
-            calls[f"{n}/onnxruntime"] = lambda s=sessions[n]: s.run(None, numpy_feed)
+            calls[f"{n}/eager"] = lambda m=models[n], f=feed: m(**f)
+            calls[f"{n}/onnxruntime"] = lambda s=sessions[n], f=numpy_feed: s.run(None, f)
         with torch.inference_mode():
             ms = median_ms(calls, args.repeats if batch < 8 else args.repeats_large, warmup=2 if batch < 8 else 1)
         rows = {}

@@ -21,10 +21,9 @@ warnings.filterwarnings("ignore", message=".*is found to be not a nn.Module.*")
 
 
 def main() -> None:
-    from nni_lvbert.config import load_size, load_space
+    from nni_lvbert.config import LETTER_OF, load_size, load_space
     from nni_lvbert.hf import LVBertModel
     from nni_lvbert.hf.convert import hf_config
-    from nni_lvbert.config import LETTER_OF
     from nni_lvbert.search.latency import CHAIN, LatencyModel, measure, median_ms, part_calls
 
     ap = argparse.ArgumentParser()
@@ -50,7 +49,7 @@ def main() -> None:
         order = [rng.choice(spec.candidates) for _ in range(spec.slots)]
         model = LVBertModel(hf_config(cfg, order)).eval()
         with torch.inference_mode():
-            ms = median_ms({"model": lambda: model(input_ids=ids, attention_mask=mask), **layers}, args.repeats, 3)
+            ms = median_ms({"model": lambda m=model: m(input_ids=ids, attention_mask=mask), **layers}, args.repeats, 3)
         parts = {k: v / (CHAIN if k in spec.candidates else 1) for k, v in ms.items()}
         predicted = LatencyModel({"ms": parts}).predict(order)
         rows.append({"order": "".join(LETTER_OF[t] for t in order),

@@ -38,8 +38,8 @@ def build_untrained(root: Path, size: str = "tiny") -> Path:
     """An untrained lvbert supernet of `size` on the embedded corpus (data prepared or reused from the cache)."""
     from nni_lvbert.config import load_size, load_space
     from nni_lvbert.data import prepare
-    from nni_lvbert.space import LVBertSpace
     from nni_lvbert.rundir import RunDir
+    from nni_lvbert.space import LVBertSpace
     from nni_lvbert.supernet.rundir import WEIGHTS
     from nni_lvbert.supernet.strategy import SeededRandomOneShot
 
@@ -79,10 +79,9 @@ def main() -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    from bench_reuse_ceiling import trie_work  # this folder is on sys.path when run as a script
     from nni_lvbert.search.algorithm import Algorithm1, EvolutionConfig
     from nni_lvbert.search.scorer import SupernetScorer
-
-    from bench_reuse_ceiling import trie_work  # this folder is on sys.path when run as a script
 
     report: dict = {"machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                                 "load_avg_start": [round(x, 2) for x in os.getloadavg()],

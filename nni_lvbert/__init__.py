@@ -17,9 +17,9 @@ first use (module `__getattr__`), so `import nni_lvbert` stays cheap:
 
 __version__ = "0.1.0"
 
-import importlib  # noqa: E402  (stdlib)
+import importlib
 
-from .hf.hook import install as _install_hf_hook  # noqa: E402  (stdlib only)
+from .hf.hook import install as _install_hf_hook
 
 _install_hf_hook()
 
@@ -32,7 +32,7 @@ _PUBLIC = {
     "MLMModule": "supernet.lightning_module", "SeededRandomOneShot": "supernet.strategy",
     "load_supernet": "supernet.rundir",
 }
-__all__ = sorted(_PUBLIC)
+__all__ = sorted(_PUBLIC)  # noqa: PLE0605  (a list: the public names, one table above)
 
 
 def __getattr__(name: str):

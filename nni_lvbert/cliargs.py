@@ -291,7 +291,7 @@ def _scalar(kind, value, bad: UserError):
         if isinstance(value, bool):
             return value
         raise bad
-    if isinstance(value, bool) or isinstance(value, (dict, list)):
+    if isinstance(value, (bool, dict, list)):
         raise bad
     if kind is float and isinstance(value, (int, float)):
         return float(value)

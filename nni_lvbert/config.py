@@ -13,8 +13,8 @@ from pathlib import Path
 import yaml
 
 from .errors import UserError
-from .shape import ModelShape
 from .resources import SIZES_FILE, SPACES_DIR, space_names  # shipped package data (search_spaces/)
+from .shape import ModelShape
 
 # Layer types and their one-letter codes (compact arch strings like "ccsf...").
 LAYER_TYPES = ("dc", "sa", "ff", "glu")
@@ -47,7 +47,7 @@ class ModelConfig(ModelShape):
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ModelConfig":
+    def from_dict(cls, d: dict) -> ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:

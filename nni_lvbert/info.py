@@ -77,7 +77,7 @@ def run(args) -> int:
         print(json.dumps(info, indent=2))
         return 0
     p = info["params"]
-    m = lambda n: f"{n / 1e6:.2f}M"  # noqa: E731
+    m = lambda n: f"{n / 1e6:.2f}M"
     print(f"arch      {info['arch']}  ({', '.join(f'{t}x{n}' for t, n in p['layer_counts'].items())})")
     print(f"size      {args.size}  (H{info['config']['hidden_size']}, E{info['config']['embedding_size']}, "
           f"FF{info['config']['ff_size']}, vocab {info['config']['vocab_size']})")

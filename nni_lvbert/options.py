@@ -13,7 +13,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-
 # Options that may differ between the sessions of one run: how it is computed and shown, not what it computes
 # (hardware, display, caches, where the output directory is). Any other option given again on --resume must equal
 # the stored one. One set for every command: an option name means the same thing in each.

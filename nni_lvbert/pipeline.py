@@ -200,8 +200,8 @@ def _check_latency(opts: PipelineOptions) -> None:
     """A latency table for another size or device, or a budget no order meets, is refused before the supernet trains
     (the search checks it again against the trained supernet)."""
     from .config import load_size, load_space
+    from .data.validation import resolve_device
     from .search.latency import LatencySearch
-    from .search.validation import resolve_device
 
     LatencySearch.from_options(opts.max_latency_ms, opts.latency_table, opts.pareto, load_size(opts.size),
                                load_space(opts.space), resolve_device("auto").type)

@@ -33,8 +33,7 @@ def reason(exc: BaseException) -> str:
     lines = [s.strip() for s in str(exc).strip().splitlines() if s.strip()]
     text = lines[0] if lines else type(exc).__name__
     for prefix in ("Error while deserializing header: ",):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
+        text = text.removeprefix(prefix)
     return text[:200]
 
 
@@ -228,7 +227,7 @@ def _pickle_strings(data: bytes) -> set[str] | None:
         for opcode, arg, _pos in pickletools.genops(data):
             if isinstance(arg, str):
                 out.add(arg)
-    except Exception:  # genops raises ValueError and others on a broken stream
+    except Exception:  # noqa: BLE001  (genops raises ValueError and others on a broken stream)
         return None
     return out
 
@@ -263,7 +262,7 @@ def check_tokenizer_dir(path, fix: str | None = None) -> int:
     read_tokenizer_json(tj, fix)
     try:
         return Tokenizer.from_file(str(tj)).get_vocab_size()
-    except Exception as exc:  # tokenizers raises plain Exception for bad files
+    except Exception as exc:  # noqa: BLE001  (tokenizers raises plain Exception for bad files)
         raise damaged(tj, reason(exc), fix) from None
 
 

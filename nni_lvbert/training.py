@@ -16,13 +16,13 @@ The lifecycle steps behind it (`begin`, `open_run`, `fit`, `common_meta`) live h
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
 
 from . import interrupt, threads
 from .errors import UserError
+
 # NNI 3.0 workarounds (trial reporting, running a NasExperiment)
 from .nni_compat import TrialReporter, in_nni_trial, run_nas_experiment
 from .options import replace_options, to_dict
@@ -231,8 +231,8 @@ class Training:
     def schedule(self) -> dict:
         """The optimisation settings of an `MLMModule` (and its subclasses)."""
         o = self.opts
-        return dict(lr=o.resolved("lr"), warmup_steps=o.resolved("warmup_steps"), max_steps=o.resolved("max_steps"),
-                    weight_decay=o.weight_decay)
+        return {"lr": o.resolved("lr"), "warmup_steps": o.resolved("warmup_steps"),
+                "max_steps": o.resolved("max_steps"), "weight_decay": o.weight_decay}
 
     def data(self, cfg):
         return prepare_data(self.opts, cfg)

@@ -12,7 +12,6 @@ import json
 import sys
 from pathlib import Path
 
-
 NAMED = ("bert", "dynamicconv", "sandwich", "lvbert-small", "searched")
 
 

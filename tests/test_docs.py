@@ -45,7 +45,7 @@ def guide_pages() -> list[Path]:
 
 
 PAGES = guide_pages()
-BLOCK = re.compile(r"(?:<!-- docs-test: (\w+)\s*(.*?)\s*-->\n)?```(\w*)\n(.*?)```", re.S)
+BLOCK = re.compile(r"(?:<!-- docs-test: (\w+)\s*(.*?)\s*-->\n)?```(\w*)\n(.*?)```", re.DOTALL)
 MARKS = {"run", "tiny", "python", "parse", "skip"}
 SEARCHED = "fccfgfcccgsssfsggcsgfcgc"  # the quickstart's winner (docs/results.md)
 
@@ -153,7 +153,7 @@ def test_every_block_is_marked_and_its_commands_parse(page, line, mark, reason, 
 
 def test_readme_tour_commands_parse():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    lines = re.findall(r"^\| [^|]+ \| `(lvbert [^`]+)` \|", readme, re.M)
+    lines = re.findall(r"^\| [^|]+ \| `(lvbert [^`]+)` \|", readme, re.MULTILINE)
     assert len(lines) >= 10
     for line in lines:
         assert parse_error(shlex.split(line)) is None, line
@@ -446,7 +446,7 @@ def test_scale_out_yaml_blocks_are_valid_nni_configs(tmp_path):
     key.write_text("not a key: NNI's validation only checks the file exists")
     text = (REPO / "docs" / "guide" / "scale-out.md").read_text(encoding="utf-8")
     platforms = []
-    for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
+    for block in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL):
         edit = yaml.safe_load(block)
         assert set(edit) <= {"trialConcurrency", "trialGpuNumber", "trainingService"}, set(edit)
         for machine in edit["trainingService"].get("machineList", []):

@@ -122,7 +122,7 @@ def test_windows_and_labels(tok):
     q = "Who won?"
     nq = len(tok(q, add_special_tokens=False)["input_ids"])
     W = 12  # context tokens per window
-    kw = dict(max_length=nq + 3 + W, max_query_length=64)
+    kw = {"max_length": nq + 3 + W, "max_query_length": 64}
     assert len(offs) > 2 * W + 2
 
     def answer(first: int, last: int) -> S.QAExample:

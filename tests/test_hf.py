@@ -15,13 +15,19 @@ from safetensors import safe_open
 
 from nni_lvbert.config import ModelConfig
 from nni_lvbert.errors import UserError
-from nni_lvbert.hf import (LVBertConfig, LVBertForMaskedLM, LVBertForPreTraining, LVBertForQuestionAnswering,
-                           LVBertForSequenceClassification, LVBertForTokenClassification, LVBertModel)
+from nni_lvbert.hf import (
+    LVBertConfig,
+    LVBertForMaskedLM,
+    LVBertForPreTraining,
+    LVBertForQuestionAnswering,
+    LVBertForSequenceClassification,
+    LVBertForTokenClassification,
+    LVBertModel,
+)
 from nni_lvbert.hf.convert import hf_config, model_config, to_hf_masked_lm, to_project_model
 from nni_lvbert.hf.save import save_hf_model
 from nni_lvbert.modeling import FixedMLM as ProjectMLM
-from tests.conftest import tiny_config
-from tests.conftest import build_tiny_supernet, one_error_line, prepare_tiny_data, run_cli
+from tests.conftest import one_error_line, run_cli, tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 REPO = Path(__file__).resolve().parent.parent
@@ -114,7 +120,7 @@ def test_tied_weights_and_shared_layers_are_stored_once(tmp_path):
     assert {k.split(".")[2] for k in keys if k.startswith("lvbert.shared.")} == {"dc", "sa", "ff", "glu"}
     loaded = LVBertForMaskedLM.from_pretrained(tmp_path)
     assert loaded.head.decoder.weight is loaded.lvbert.embeddings.word.weight
-    ids, mask, types = batch()
+    ids, _mask, _types = batch()
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids=ids).logits, model.eval()(input_ids=ids).logits, atol=0, rtol=0)
 
@@ -122,7 +128,7 @@ def test_tied_weights_and_shared_layers_are_stored_once(tmp_path):
 # --- heads --------------------------------------------------------------------------------------------------------
 
 def test_sequence_classification_losses_follow_transformers():
-    ids, mask, types = batch()
+    ids, mask, _types = batch()
     for num_labels, labels, problem in [(1, torch.randn(3), "regression"),
                                         (3, torch.tensor([0, 2, 1]), "single_label_classification"),
                                         (3, torch.tensor([[1., 0, 1], [0, 0, 1], [1, 1, 0]]),
@@ -133,16 +139,16 @@ def test_sequence_classification_losses_follow_transformers():
         cls = model.lvbert(ids, mask).last_hidden_state[:, 0]
         logits = model.classifier(cls)  # dropout is off in eval: the [CLS] state, no pooler
         torch.testing.assert_close(out.logits, logits)
-        expected = {"regression": lambda: torch.nn.functional.mse_loss(logits.squeeze(), labels),
-                    "single_label_classification": lambda: torch.nn.functional.cross_entropy(logits, labels),
-                    "multi_label_classification":
-                        lambda: torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)}[problem]()
+        expected = {"regression": lambda x, y: torch.nn.functional.mse_loss(x.squeeze(), y),
+                    "single_label_classification": torch.nn.functional.cross_entropy,
+                    "multi_label_classification": torch.nn.functional.binary_cross_entropy_with_logits,
+                    }[problem](logits, labels)
         torch.testing.assert_close(out.loss, expected)
     assert model.dropout.p == 0.1
 
 
 def test_token_classification_qa_and_discriminator_heads():
-    ids, mask, types = batch()
+    ids, mask, _types = batch()
     config = hf_config(tiny_config(), ARCH, num_labels=5)
     tok = LVBertForTokenClassification(config).eval()
     labels = torch.randint(0, 5, ids.shape)
@@ -155,7 +161,7 @@ def test_token_classification_qa_and_discriminator_heads():
     start, end = torch.tensor([1, 30, 4]), torch.tensor([2, 5, 40])  # beyond the sequence: clamped and ignored
     out = qa(input_ids=ids, attention_mask=mask, start_positions=start, end_positions=end)
     assert out.start_logits.shape == out.end_logits.shape == (3, 12)
-    ce = lambda logits, pos: torch.nn.functional.cross_entropy(logits, pos.clamp(0, 12), ignore_index=12)  # noqa: E731
+    ce = lambda logits, pos: torch.nn.functional.cross_entropy(logits, pos.clamp(0, 12), ignore_index=12)
     torch.testing.assert_close(out.loss, (ce(out.start_logits, start) + ce(out.end_logits, end)) / 2)
     disc = LVBertForPreTraining(config).eval()
     head = disc.discriminator_predictions
@@ -270,7 +276,7 @@ def test_export_round_trips_the_subnet_exactly(tiny, tmp_path, capsys):
     loaded = AutoModelForMaskedLM.from_pretrained(out)
     hf_state = loaded.state_dict()
     for key, value in subnet.state_dict().items():
-        top, _, rest = key.partition(".")
+        top, _, _rest = key.partition(".")
         assert torch.equal(hf_state[key if top == "head" else f"lvbert.{key}"], value), key
     ids, mask, types = batch(tiny["data"].vocab_size, n=20)
     with torch.no_grad():
@@ -292,8 +298,8 @@ def test_export_fill_mask_pipeline(tiny, tmp_path, capsys):
 def _fake_iot_run(tiny, path):
     """A copy of the supernet run with the files of an IOT run (orders, predictor, final usage)."""
     from nni_lvbert.arch import parse_arch
-    from nni_lvbert.iot.rundir import PREDICTOR, save_orders
     from nni_lvbert.iot.routing import OrderPredictor
+    from nni_lvbert.iot.rundir import PREDICTOR, save_orders
     from nni_lvbert.rundir import RunDir
 
     shutil.copytree(tiny["run"], path)

@@ -3,7 +3,6 @@ the NNI one-shot training pipeline (run directory, eval, resume, from scratch) a
 import json
 import math
 
-import numpy as np
 import pytest
 import torch
 
@@ -76,7 +75,7 @@ def test_iot_loss_matches_hand_computation():
     pbar = [sum(p[i][j] for i in range(3)) / 3 for j in range(m)]
     l_d = sum((1 / m) * math.log((1 / m) / pbar[j]) for j in range(m))  # KL(u || mean p)
     l_s = -sum(sum((1 / m) * math.log((1 / m) / pc[i][j]) for j in range(m)) for i in range(3)) / 3  # -KL(u||pc)
-    t = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    t = lambda v: torch.tensor(v, dtype=torch.float32)
     out = iot_loss(t(logits), t(inst_loss), t(count), tau=tau, c1=c1, c2=c2, clamp=clamp, noise=t(noise))
     assert out.mlm.item() == pytest.approx(mlm, rel=1e-5)
     assert out.diversity.item() == pytest.approx(l_d, rel=1e-5)

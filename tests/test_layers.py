@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nni_lvbert.layers import LAYER_CLASSES, GLU_ACTIVATIONS, DynamicConv, GLUFeedForward, build_layer, lightweight_conv
+from nni_lvbert.layers import GLU_ACTIVATIONS, LAYER_CLASSES, DynamicConv, GLUFeedForward, build_layer, lightweight_conv
 from nni_lvbert.layers.dynamic_conv import DEPTHWISE, LIGHTWEIGHT
 from tests.conftest import tiny_config
 

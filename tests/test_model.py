@@ -106,7 +106,7 @@ def test_sharing_by_type_shares_modules():
     assert fixed.layers[0] is fixed.layers[2] and fixed.layers[4] is fixed.layers[5]
     assert fixed.layers[0] is not fixed.layers[1]
     unshared = FixedMLM(tiny_config(), "sfsfcc")
-    n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    n = lambda m: sum(p.numel() for p in m.parameters())
     assert n(fixed) < n(unshared)
     assert param_counts(tiny_config(sharing="type"), fixed.arch)["total"] == n(fixed)
 
@@ -186,10 +186,10 @@ def test_scorer_trial_and_iot_count_ties_like_the_one_accuracy_function(untraine
     """A head whose logits are one tied bias at every position: argmax takes the first of the two tied tokens, so a
     target equal to the second is wrong. The search scorer, the nnictl trial and IOT's per-instance counts all agree
     with `modeling.mlm_accuracy` and with a plain argmax."""
+    from nni_lvbert.data.validation import model_accuracy
     from nni_lvbert.iot.routing import activate, path_layers, per_instance_mlm
     from nni_lvbert.modeling import mlm_accuracy
     from nni_lvbert.search.scorer import SupernetScorer
-    from nni_lvbert.search.validation import model_accuracy
     from nni_lvbert.search.trial import load_candidate
 
     scorer = SupernetScorer(untrained_supernet, val_tokens=1024, batch_size=32, prefix_cache=False)

@@ -66,7 +66,7 @@ def two_nodes(args_of_node, how: str) -> list[str]:
                    "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port),
                    "-m", "nni_lvbert.cli", *args]
             env = _env()
-        err = tempfile.TemporaryFile()
+        err = tempfile.TemporaryFile()  # noqa: SIM115  (read and closed once every node has exited)
         errs.append(err)
         procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err,
                                       start_new_session=True))  # its own group: torchrun's worker is killed with it
@@ -87,7 +87,7 @@ def two_nodes(args_of_node, how: str) -> list[str]:
         texts.append(err.read().decode(errors="replace"))
         err.close()
     for node, (p, late, text) in enumerate(zip(procs, timed_out, texts)):
-        assert not late and p.returncode == 0, (f"node {node} {'ran past %d s' % TIMEOUT if late else 'failed'} "
+        assert not late and p.returncode == 0, (f"node {node} {f'ran past {TIMEOUT} s' if late else 'failed'} "
                                                 f"(exit {p.returncode}); its stderr ends:\n{text[-3000:]}")
     return texts
 
@@ -99,7 +99,7 @@ def assert_same_weights(a: Path, b: Path) -> bool:
     x, y = load_file(a), load_file(b)
     assert x.keys() == y.keys()
     for k in x:
-        torch.testing.assert_close(y[k], x[k], rtol=1e-6, atol=1e-7, msg=lambda m: f"{k}: {m}")
+        torch.testing.assert_close(y[k], x[k], rtol=1e-6, atol=1e-7, msg=lambda m, k=k: f"{k}: {m}")
     return all(torch.equal(x[k], y[k]) for k in x)
 
 

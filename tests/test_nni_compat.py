@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from nni_lvbert import nni_compat
+from nni_lvbert.config import SpaceSpec
 from nni_lvbert.search import nnictl
 from nni_lvbert.search import strategy as search_strategy
 from nni_lvbert.supernet import strategy as supernet_strategy
-from nni_lvbert.config import SpaceSpec
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -313,7 +313,7 @@ def test_sample_evaluator_and_strategy_status_internals():
     seen = []
 
     class Model:
-        sample = {"layer00": "sa"}
+        sample = {"layer00": "sa"}  # noqa: RUF012  (a stand-in for NNI's model object)
 
     value = search_strategy.SampleEvaluator(lambda s: seen.append(s) or 0.75)._execute(Model())
     assert value == 0.75 and seen == [{"layer00": "sa"}]

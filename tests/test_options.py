@@ -146,8 +146,8 @@ def test_what_was_typed_is_argparses_answer(tmp_path):
     ("a: [\n", "not valid YAML"),
 ])
 def test_a_bad_config_file_is_one_error_line(tmp_path, capsys, text, message):
-    from tests.conftest import one_error
     from nni_lvbert.cli import main
+    from tests.conftest import one_error
 
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(text)

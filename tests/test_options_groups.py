@@ -118,10 +118,10 @@ def test_iot_settings_are_one_group_in_every_iot_command(command, tmp_path):
     assert [a.dest for a in section._group_actions if a.dest in names] == names
 
 
-@pytest.mark.parametrize("bad, message", [(dict(tau=0), "--tau must be positive"),
-                                          (dict(tau_every=0), "--tau-every must be at least 1"),
-                                          (dict(c2=-1), "--c2 must be >= 0"),
-                                          (dict(clamp=0.5), r"--clamp must be in \[0, 1/M\) = \[0, 0.25\) for M=4")])
+@pytest.mark.parametrize("bad, message", [({"tau": 0}, "--tau must be positive"),
+                                          ({"tau_every": 0}, "--tau-every must be at least 1"),
+                                          ({"c2": -1}, "--c2 must be >= 0"),
+                                          ({"clamp": 0.5}, r"--clamp must be in \[0, 1/M\) = \[0, 0.25\) for M=4")])
 def test_iot_settings_out_of_range_are_refused_with_the_flag(bad, message):
     from nni_lvbert.iot.method import IOTMethod
 

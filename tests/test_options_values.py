@@ -92,19 +92,20 @@ def test_resumed_iot_orders_are_dropped_from_new_options(tmp_path):
 def test_pipeline_stages_derive_their_options_from_the_pipelines(tmp_path):
     """Each stage takes the pipeline's option groups as they are (no field listed by hand), as `lvbert run` built
     them before: the same values, so runs it stored resume."""
+    from nni_lvbert.options import get_option, replace_options
     from nni_lvbert.pipeline import PipelineOptions, pretrain_options, search_options, supernet_options
     from nni_lvbert.pretrain.train import PretrainOptions
     from nni_lvbert.search.algorithm import EvolutionConfig
     from nni_lvbert.search.run import SearchOptions
     from nni_lvbert.supernet.train import SupernetOptions
-    from nni_lvbert.options import get_option, replace_options
     from nni_lvbert.train_options import DataOptions, HardwareOptions
 
-    data = dict(corpus=["c.txt"], tokenizer="tok", cache_dir="cache", max_docs=9, val_fraction=0.2, data_seed=2)
-    hardware = dict(accelerator="cpu", devices="2", num_nodes=1, ddp_strategy="ddp", precision="32-true",
-                    num_workers=1, compile="inductor")
-    search = dict(strategies=["random"], evolution=EvolutionConfig(population=4, iterations=2), rerank=2,
-                  rerank_steps=5, max_latency_ms=3.0, latency_table="t.json", pareto=True)
+    data = {"corpus": ["c.txt"], "tokenizer": "tok", "cache_dir": "cache", "max_docs": 9, "val_fraction": 0.2,
+            "data_seed": 2}
+    hardware = {"accelerator": "cpu", "devices": "2", "num_nodes": 1, "ddp_strategy": "ddp", "precision": "32-true",
+                "num_workers": 1, "compile": "inductor"}
+    search = {"strategies": ["random"], "evolution": EvolutionConfig(population=4, iterations=2), "rerank": 2,
+              "rerank_steps": 5, "max_latency_ms": 3.0, "latency_table": "t.json", "pareto": True}
     opts = PipelineOptions.flat(out=str(tmp_path), space="lvbert", size="tiny", seed=3, **data, **hardware, **search,
                                 progress=False, supernet_max_steps=7, val_every=2, objective="mlm",
                                 pretrain_max_steps=8, given=["size", "seed"])

@@ -55,8 +55,9 @@ def load_objective(run):
 
 
 def test_electra_run_outputs_and_hf_directories(electra_run):
-    import nni_lvbert  # noqa: F401  (registers the Auto classes)
     from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
+
+    import nni_lvbert  # noqa: F401  (registers the Auto classes)
 
     meta = json.loads((electra_run / "meta.json").read_text())
     assert meta["steps"] == 6 and meta["objective"] == "electra" and meta["sop"] and meta["arch"] == "csfgsf"
@@ -83,8 +84,9 @@ def test_electra_run_outputs_and_hf_directories(electra_run):
 
 
 def test_mlm_run_with_type_sharing(tmp_path, cache_dir):
-    import nni_lvbert  # noqa: F401
     from transformers import AutoModelForMaskedLM
+
+    import nni_lvbert  # noqa: F401
 
     out = tmp_path / "mlm"
     assert main(pretrain_args(out, cache_dir, "--sharing", "type", steps=3, arch="sfsf", objective="mlm")) == 0

@@ -7,8 +7,15 @@ import pytest
 import torch
 
 from nni_lvbert.pretrain import objectives
-from nni_lvbert.pretrain.data import (TrainCollate, ValCollate, electra_mask, max_predictions, sop_order,
-                                      sop_rows, swap_row)
+from nni_lvbert.pretrain.data import (
+    TrainCollate,
+    ValCollate,
+    electra_mask,
+    max_predictions,
+    sop_order,
+    sop_rows,
+    swap_row,
+)
 from nni_lvbert.pretrain.objectives import ElectraObjective, MLMObjective, generator_config, gumbel_max
 from tests.conftest import tiny_config
 

@@ -10,13 +10,24 @@ import sys
 
 import pytest
 import torch
-from nni.nas.evaluator.pytorch import Lightning, Trainer
 from nni.nas import strategy as nni_strategy
+from nni.nas.evaluator.pytorch import Lightning, Trainer
 from pytorch_lightning import Callback
 
 import nni_lvbert
-from nni_lvbert import (Arch, MLMDataModule, MLMModule, SeededRandomOneShot, best_arch_json, build_space,
-                        check_strategy, export_model_dir, fixed_model, run_experiment, write_best_arch)
+from nni_lvbert import (
+    Arch,
+    MLMDataModule,
+    MLMModule,
+    SeededRandomOneShot,
+    best_arch_json,
+    build_space,
+    check_strategy,
+    export_model_dir,
+    fixed_model,
+    run_experiment,
+    write_best_arch,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SPACE = "name: api2\nslots: 2\ncandidates: [dc, sa, ff, glu]\nsize: tiny\n"  # 16 architectures: a full grid fits
@@ -79,7 +90,7 @@ def test_every_nni_strategy_searches_the_space_and_exports(api, tmp_path, name):
     space = build_space(api["space_file"], "tiny", data=api["data"])
     try:
         check_strategy(name)
-    except Exception as exc:  # ENAS/PolicyBasedRL without tianshou 0.4: one line naming the fix, before any run
+    except Exception as exc:  # noqa: BLE001  (ENAS/PolicyBasedRL without tianshou 0.4: one line naming the fix)
         assert name in ("ENAS", "PolicyBasedRL") and type(exc).__name__ == "UserError", exc
         assert "\n" not in str(exc) and "pip install --no-deps tianshou==0.4.11" in str(exc)
         if name == "ENAS":  # NNI's PolicyBasedRL() itself refuses to be made without tianshou

@@ -12,8 +12,16 @@ from scipy.stats import kendalltau
 
 from nni_lvbert.arch import Arch
 from nni_lvbert.study.orders import STRATA, composition, graded_orders, is_mixed, stratified_orders
-from nni_lvbert.study.stats import (ceiling_by_simulation, noise_ceiling, order_effect, paired_bootstrap,
-                                    rank_interval, regret, reliability, top_overlap)
+from nni_lvbert.study.stats import (
+    ceiling_by_simulation,
+    noise_ceiling,
+    order_effect,
+    paired_bootstrap,
+    rank_interval,
+    regret,
+    reliability,
+    top_overlap,
+)
 from tests.conftest import one_error_line, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -108,9 +116,9 @@ def test_full_split_masks_every_token_exactly_once(trained):
 
 
 def test_metrics_agree_with_the_search_score_and_give_cluster_standard_errors(trained):
+    from nni_lvbert.data.validation import load_val_batches, model_accuracy, model_metrics
     from nni_lvbert.modeling import FixedMLM
     from nni_lvbert.search.scorer import SupernetScorer
-    from nni_lvbert.search.validation import load_val_batches, model_accuracy, model_metrics
 
     scorer = SupernetScorer(trained["run"], val_tokens=10**9, device="cpu", prefix_cache=False)
     arch = scorer.parse("csfcsf")
@@ -168,8 +176,8 @@ def test_noise_ceiling_top_overlap_and_regret():
 def test_reliability_corrects_the_split_half_tau_by_spearman_brown():
     rng = np.random.default_rng(1)
     truth = np.linspace(0, 1, 15)
-    sb = lambda rho, m: m * rho / (1 + (m - 1) * rho)  # noqa: E731
-    free = lambda r_k: 2 / np.pi * np.arcsin(np.sqrt(r_k))  # noqa: E731
+    sb = lambda rho, m: m * rho / (1 + (m - 1) * rho)
+    free = lambda r_k: 2 / np.pi * np.arcsin(np.sqrt(r_k))
     # two seeds: one split of 1 and 1, so rho1 = r itself
     y = truth[:, None] + rng.normal(scale=0.3, size=(15, 2))
     r = np.sin(np.pi * kendalltau(y[:, 0], y[:, 1]).statistic / 2)
@@ -206,7 +214,7 @@ def test_order_effect_is_the_two_way_anova():
     y = rng.normal(size=(n, 1)) * 0.5 + rng.normal(size=(1, k)) + rng.normal(size=(n, k))
     # by regression: the order dummies' extra sum of squares over a seed-only model
     order, seed = np.repeat(np.eye(n), k, 0), np.tile(np.eye(k), (n, 1))
-    rss = lambda x: float(((y.ravel() - x @ np.linalg.lstsq(x, y.ravel(), rcond=None)[0]) ** 2).sum())  # noqa
+    rss = lambda x: float(((y.ravel() - x @ np.linalg.lstsq(x, y.ravel(), rcond=None)[0]) ** 2).sum())
     full, reduced = rss(np.c_[order, seed]), rss(seed)
     stat = ((reduced - full) / (n - 1)) / (full / ((n - 1) * (k - 1)))
     e = order_effect(y)
@@ -377,8 +385,8 @@ def test_a_failed_run_is_flagged_and_the_groups_are_tested_again_without_it(tmp_
     """One seed of a convolution order stays on the plateau (0.055 against 0.2): as seed noise it hides the group's
     order effect; the group is tested again without that order, and the rankers scored without the run."""
     from nni_lvbert.study import ranking_plots
-    from nni_lvbert.study.reanalyse import failed_runs, reanalyse
     from nni_lvbert.study.ranking import _report
+    from nni_lvbert.study.reanalyse import failed_runs, reanalyse
 
     monkeypatch.setattr(ranking_plots, "save_figure", lambda fig, path, **kw: path.write_bytes(b"png"))
     result, seeds = _synthetic_result()

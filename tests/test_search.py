@@ -15,7 +15,7 @@ import pytest
 from nni_lvbert.arch import Arch
 from nni_lvbert.errors import UserError
 from nni_lvbert.search.algorithm import Algorithm1, ConstraintError, EvolutionConfig
-from tests.conftest import SLOTS, build_tiny_supernet, one_error_line, run_cli
+from tests.conftest import SLOTS, build_tiny_supernet, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 TYPES = ["dc", "sa", "ff", "glu"]
@@ -128,7 +128,7 @@ def test_algorithm1_is_seeded_and_resumable_from_its_state_dict():
 
 
 def test_constraints_filter_candidates_and_impossible_constraints_fail_clearly():
-    no_sa_first = lambda arch: arch["layer00"] != "sa"  # noqa: E731
+    no_sa_first = lambda arch: arch["layer00"] != "sa"
     cfg = EvolutionConfig(population=10, iterations=3, topk=3, crossover=5, mutation=5)
     algo = Algorithm1(choices(), cfg, seed=0, accept=no_sa_first)
     order = drive(algo)
@@ -149,7 +149,7 @@ def test_tuner_adapter_runs_the_same_algorithm_under_concurrency():
 
     from nni_lvbert.search.tuner import LVBertEvolutionTuner
 
-    kw = dict(population=6, iterations=3, topk=2, crossover=2, mutation=3)
+    kw = {"population": 6, "iterations": 3, "topk": 2, "crossover": 2, "mutation": 3}
     reference = [tuple(a.values()) for _, a in drive(Algorithm1(choices(), EvolutionConfig(**kw), seed=5))]
     tuner = LVBertEvolutionTuner(seed=5, **kw)
     tuner.update_search_space({k: {"_type": "choice", "_value": v} for k, v in choices().items()})
@@ -181,9 +181,9 @@ def test_tuner_adapter_runs_the_same_algorithm_under_concurrency():
 
 # -------------------------------------------------------------------------------------------- supernet
 def test_scores_are_inherited_weights_without_copying_the_supernet(tiny, scorer, monkeypatch):
-    from nni_lvbert.supernet.rundir import load_supernet
-    from nni_lvbert.search.validation import model_accuracy
+    from nni_lvbert.data.validation import model_accuracy
     from nni_lvbert.search.trial import load_candidate
+    from nni_lvbert.supernet.rundir import load_supernet
 
     ptrs = {n: p.data_ptr() for n, p in scorer.space.named_parameters()}
     deep = []
@@ -206,8 +206,8 @@ def test_scores_are_inherited_weights_without_copying_the_supernet(tiny, scorer,
 
 def test_trial_loads_shared_layer_weights(tiny, tmp_path):
     """sharing='type' (ALBERT): the weight file keeps one copy per layer type; the trial still finds it."""
+    from nni_lvbert.data.validation import model_accuracy
     from nni_lvbert.search.scorer import SupernetScorer
-    from nni_lvbert.search.validation import model_accuracy
     from nni_lvbert.search.trial import load_candidate
 
     run = build_tiny_supernet(tmp_path / "shared", tiny["data"], steps=0, sharing="type", initializer_range=0.5)
@@ -246,7 +246,8 @@ def test_strategies_under_nas_experiment(scorer, tmp_path):
     cfg = EvolutionConfig(population=5, iterations=2, topk=2, crossover=2, mutation=2)
     for name in ("evolution", "regularized-evolution", "random"):
         seen = []
-        evaluator = SupernetEvaluator(lambda arch: seen.append(arch) or scorer.score(arch))  # an Arch per sample
+        # an Arch per sample
+        evaluator = SupernetEvaluator(lambda arch, seen=seen: seen.append(arch) or scorer.score(arch))
         exp = run_strategy(scorer.space, make_strategy(name, cfg, seed=0), evaluator, cfg.budget,
                            tmp_path / name)
         assert len(seen) == cfg.budget == 9 and len(set(seen)) == 9, name
@@ -322,8 +323,8 @@ def test_same_seed_same_result_and_resume_does_not_rescore(tiny, tmp_path, capsy
     args = ["search", "run", "--supernet", str(tiny["run"]), "--search", "evolution", "random", *SMALL]
     assert run_cli([*args, "--out", str(tmp_path / "a")], capsys)[0] == 0
     assert run_cli([*args, "--out", str(tmp_path / "b"), "--seed", "0"], capsys)[0] == 0
-    hist = lambda d: [(r["strategy"], r["arch"], r["score"]) for r in map(json.loads, (tmp_path / d / "history.jsonl").read_text().splitlines())]  # noqa: E731
-    best = lambda d: json.loads((tmp_path / d / "best_arch.json").read_text())  # noqa: E731
+    hist = lambda d: [(r["strategy"], r["arch"], r["score"]) for r in map(json.loads, (tmp_path / d / "history.jsonl").read_text().splitlines())]
+    best = lambda d: json.loads((tmp_path / d / "best_arch.json").read_text())
     assert hist("a") == hist("b") and best("a")["compact"] == best("b")["compact"]
     # NNI's manifest entries of the two in-process experiments are kept in the run, not the user's nnictl list
     manifest = json.loads((tmp_path / "a" / "nni" / ".experiment").read_text())

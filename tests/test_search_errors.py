@@ -35,8 +35,8 @@ def test_bad_search_input(tiny, tmp_path, capsys, case):
         # both together by none
         lean = min(TYPES, key=lambda t: cost.layer_params[t])
         cheap = min(TYPES, key=lambda t: cost.layer_flops[t])
-        assert lean != cheap and sorted(cost.layer_params.values())[0] < sorted(cost.layer_params.values())[1]
-        assert sorted(cost.layer_flops.values())[0] < sorted(cost.layer_flops.values())[1]
+        assert lean != cheap and min(cost.layer_params.values()) < sorted(cost.layer_params.values())[1]
+        assert min(cost.layer_flops.values()) < sorted(cost.layer_flops.values())[1]
         extra = ["--max-params", str(cost.params([lean] * SLOTS)), "--max-flops", str(cost.flops([cheap] * SLOTS))]
         msg = "no architecture satisfying the constraints"
     elif case == "strategy":

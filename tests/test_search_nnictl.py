@@ -160,7 +160,7 @@ def test_nnictl_end_to_end_stop_and_resume(tiny, scorer, tmp_path, capsys):
         before = wait_for_trials(port, 1, timeout=150)
         subprocess.run([nnictl, "stop", exp_id], capture_output=True, timeout=60)
         port = free_port()
-        code, out, err = run_cli(["search", "nnictl", "resume", exp_id, "--port", str(port)], capsys)
+        code, _out, err = run_cli(["search", "nnictl", "resume", exp_id, "--port", str(port)], capsys)
         assert code == 0, err
         jobs = wait_for_trials(port, 4, timeout=240)
         archs = {j["trialJobId"]: json.loads(j["hyperParameters"][0])["parameters"] for j in jobs}
@@ -181,7 +181,7 @@ def test_nnictl_end_to_end_stop_and_resume(tiny, scorer, tmp_path, capsys):
             # the trial's score is the in-process scorer's score of the same architecture
             assert value["default"] == pytest.approx(scorer.score(list(by_id[str(m["parameterId"])].values())),
                                                       abs=1e-6)
-        code, out, err = run_cli(["search", "export", "--experiment", exp_id, "--supernet", str(tiny["run"]),
+        code, _out, err = run_cli(["search", "export", "--experiment", exp_id, "--supernet", str(tiny["run"]),
                                   "--out", str(tmp_path / "export")], capsys)
         assert code == 0, err
         best = json.loads((tmp_path / "export" / "best_arch.json").read_text())
@@ -247,7 +247,7 @@ def test_nnictl_by_hand_init_experiment_create_export_and_a_loud_failure(tiny, t
 
     nnictl = str(Path(sys.executable).with_name("nnictl"))
     folder = tmp_path / "my-exp"
-    code, out, err = run_cli(["init-experiment", str(folder), "--supernet", str(tiny["run"]), "--json"], capsys)
+    code, _out, err = run_cli(["init-experiment", str(folder), "--supernet", str(tiny["run"]), "--json"], capsys)
     assert code == 0, err
     _small_budget(folder, 2)
     port = free_port()
@@ -255,7 +255,7 @@ def test_nnictl_by_hand_init_experiment_create_export_and_a_loud_failure(tiny, t
     try:
         jobs = wait_for_trials(port, 2, timeout=240)
         assert [j["status"] for j in jobs] == ["SUCCEEDED"] * 2, jobs
-        code, out, err = run_cli(["search", "export", "--experiment", exp_id, "--out", str(tmp_path / "export"),
+        code, _out, err = run_cli(["search", "export", "--experiment", exp_id, "--out", str(tmp_path / "export"),
                                   "--json"], capsys)
         assert code == 0, err
         best = json.loads((tmp_path / "export" / "best_arch.json").read_text())

@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nni_lvbert.resources import EXPERIMENT_FILES, STANDALONE_CONFIG
 from nni_lvbert.cli import main
+from nni_lvbert.resources import EXPERIMENT_FILES, STANDALONE_CONFIG
 from nni_lvbert.study import nnictl as writer
 from tests.conftest import free_port, one_error_line, run_cli
-from tests.nnictl_helpers import (create_experiment, metric_data, metric_value, stop_experiment,
-                                  wait_for_trials)
+from tests.nnictl_helpers import create_experiment, metric_data, metric_value, stop_experiment, wait_for_trials
 
 # 4 orders x 1 seed at the --quick budget (30 steps)
 STUDY = ["--quick", "--num-archs", "4", "--no-baselines", "--num-seeds", "1", "--no-progress"]
@@ -27,7 +26,7 @@ def _write(tiny, tmp_path, capsys, *extra):
     args = ["ranking", "--nnictl", str(tmp_path / "exp"), "--supernet", str(tiny["run"]), *STUDY,
             "--models", str(tmp_path / "store"), "--out", str(tmp_path / "study"), *extra]
     code = main(["study", *args])
-    out, err = capsys.readouterr()
+    _out, err = capsys.readouterr()
     assert code == 0, err
     return tmp_path / "exp"
 
@@ -95,8 +94,8 @@ def test_a_trial_fails_with_one_error_line(tiny, tmp_path, capsys, one_thread):
 def test_a_trial_reports_an_electra_models_generator_accuracy(tmp_path, monkeypatch):
     """`study downstream --objective electra`'s models have no val_mlm_acc: the trial reports the generator's MLM
     accuracy (what the study scores them by); a finished model is reported, not trained."""
-    from nni_lvbert.study.common import Budget
     from nni_lvbert.standalone.store import Standalone
+    from nni_lvbert.study.common import Budget
     from nni_lvbert.study.trial import run_trial
 
     monkeypatch.delenv("NNI_EXP_ID", raising=False)

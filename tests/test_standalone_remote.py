@@ -22,8 +22,7 @@ import yaml
 from nni_lvbert.cli import main
 from nni_lvbert.nni_compat import REMOTE_WORKER_ENV, remote_trial_keeper_pids
 from tests.conftest import free_port, run_cli
-from tests.nnictl_helpers import (create_experiment, metric_data, metric_value, stop_experiment,
-                                  wait_for_trials)
+from tests.nnictl_helpers import create_experiment, metric_data, metric_value, stop_experiment, wait_for_trials
 
 # 3 orders x 1 seed at the --quick budget (30 steps), as small as the local nnictl test's models
 STUDY = ["--quick", "--num-archs", "3", "--no-baselines", "--num-seeds", "1", "--no-progress"]

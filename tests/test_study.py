@@ -2,6 +2,7 @@
 on a tiny 6-slot supernet (tests/conftest.py's builder, trained long enough that candidates score differently)."""
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -9,8 +10,8 @@ import numpy as np
 import pytest
 from scipy.stats import kendalltau, spearmanr
 
-from nni_lvbert.study.stats import rank_correlations
 from nni_lvbert.study.search import summarize
+from nni_lvbert.study.stats import rank_correlations
 from tests.conftest import one_error_line, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -46,8 +47,8 @@ def test_a_model_being_trained_by_another_study_is_waited_for_not_trained_twice(
     import time
 
     from nni_lvbert.standalone import store as common
-    from nni_lvbert.study.common import Budget
     from nni_lvbert.standalone.store import Standalone, store_lock, train_standalone
+    from nni_lvbert.study.common import Budget
 
     spec = Standalone(arch="sfsf", objective="mlm", size="tiny", model_config={}, budget=Budget(1, 1e-3, 0, 1),
                       data=str(tmp_path), seed=0, data_seed=0)
@@ -74,8 +75,8 @@ def test_an_interrupted_model_resumes_in_a_store_that_moved(tiny, tmp_path):
     alone: no path the store had when they started is needed."""
     import shutil
 
-    from nni_lvbert.study.common import Budget
     from nni_lvbert.standalone.store import Standalone, train_all
+    from nni_lvbert.study.common import Budget
     from tests.conftest import tiny_config
 
     spec = Standalone(arch="csfs", objective="mlm", size="tiny", budget=Budget(4, 1e-3, 1, 8),
@@ -95,8 +96,8 @@ def test_two_studies_on_one_store_split_the_models_between_them(tmp_path, monkey
     import time
 
     from nni_lvbert.standalone import store as common
-    from nni_lvbert.study.common import Budget
     from nni_lvbert.standalone.store import Standalone, train_all
+    from nni_lvbert.study.common import Budget
 
     specs = [(arch, Standalone(arch=arch, objective="mlm", size="tiny", model_config={},
                                budget=Budget(1, 1e-3, 0, 1), data=str(tmp_path), seed=0, data_seed=0))
@@ -126,8 +127,8 @@ def test_stand_alone_trainings_print_no_model_summary(tmp_path, monkeypatch):
     from pytorch_lightning.callbacks import ModelSummary
 
     from nni_lvbert.pretrain import train
-    from nni_lvbert.study.common import Budget
     from nni_lvbert.standalone.store import Standalone, train_standalone
+    from nni_lvbert.study.common import Budget
     from nni_lvbert.train_options import TrainOptions
     from nni_lvbert.trainer import build_trainer
 
@@ -174,21 +175,21 @@ def test_search_summary_counts_wins_and_ties():
 @pytest.mark.slow
 def test_search_study_quick(trained, tmp_path, capsys):
     out = tmp_path / "search"
-    code, stdout, err = run_cli(["study", "search", "--supernet", str(trained["run"]), "--quick", "--num-seeds", "2",
-                                 "--val-tokens", "2048", "--out", str(out), "--no-progress"], capsys)
+    code, _stdout, err = run_cli(["study", "search", "--supernet", str(trained["run"]), "--quick", "--num-seeds", "2",
+                                  "--val-tokens", "2048", "--out", str(out), "--no-progress"], capsys)
     assert code == 0, err
     res = json.loads((out / "search_study.json").read_text())
     assert res["seeds"] == 2 and res["budget"] == 18
     strategies = ["evolution", "regularized-evolution", "random"]
     assert list(res["results"]) == strategies  # one series per strategy
     assert sum(r["wins"] for r in res["results"].values()) == pytest.approx(2)
-    for name, r in res["results"].items():
+    for r in res["results"].values():
         assert len(r["best_per_seed"]) == 2 and len(r["curve_mean"]) == 3
         assert all(lo <= m <= hi for lo, m, hi in zip(r["curve_min"], r["curve_mean"], r["curve_max"]))
         # the top-10 mean never drops once 10 are evaluated: from the second iteration (the first has 6 candidates,
         # the mean of its 6; the next 6 can bring that mean down as they fill the top 10)
         full = r["curve_mean"][1:]
-        assert all(a <= b + 1e-12 for a, b in zip(full, full[1:]))
+        assert all(a <= b + 1e-12 for a, b in itertools.pairwise(full))
     for seed in (0, 1):
         best = json.loads((out / f"seed{seed}" / "best_arch.json").read_text())
         assert best["seed"] == seed and best["budget"] == 18
@@ -232,7 +233,7 @@ def test_downstream_quick_and_model_store_reuse(trained, tmp_path, capsys):
     assert code == 0, err
     new = {p: p.stat().st_mtime_ns for p in store.glob("*/meta.json")}
     assert {p: new[p] for p in stamps} == stamps  # bert with seed 0 reused from the store ...
-    assert len(new) == 3 and [p.parent.name for p in set(new) - set(stamps)][0].startswith(("sfsf", "fsfs"))
+    assert len(new) == 3 and next(p.parent.name for p in set(new) - set(stamps)).startswith(("sfsf", "fsfs"))
     res = json.loads((again / "downstream.json").read_text())  # ... seed 1 pre-trained, each model fine-tuned
     (row,) = res["rows"]
     assert res["pretrain_seeds"] == [0, 1] and [x["seed"] for x in row["pretrain"]] == [0, 1]

@@ -19,7 +19,7 @@ ARTEFACTS = sorted(p for p in STORED.glob("*.json") if p.with_suffix(".md").is_f
 @pytest.fixture(autouse=True)
 def _no_png(monkeypatch):
     """The plots are drawn (a plot that fails fails the test) but not encoded: PNG bytes are not compared."""
-    import nni_lvbert.atomic as atomic
+    from nni_lvbert import atomic
     from nni_lvbert.study import downstream, iot_report, ranking_plots, search
 
     def skip(fig, path, **kw):

@@ -326,8 +326,8 @@ def test_run_state_and_figures_are_the_one_policy(tmp_path):
     the umask's permissions and leaves no temp file, also when drawing fails."""
     import pytest
 
-    from nni_lvbert.rundir import RunDir
     from nni_lvbert.atomic import pyplot, save_figure
+    from nni_lvbert.rundir import RunDir
 
     run = RunDir(tmp_path / "r")
     assert run.state() == "fresh"

@@ -16,8 +16,8 @@ import yaml
 from nni_lvbert.init_experiment import init_experiment
 from nni_lvbert.resources import EXPERIMENTS_DIR
 from nni_lvbert.search.nnictl import _nnictl
-from tests.nnictl_helpers import wait_for_trials
 from tests.conftest import free_port
+from tests.nnictl_helpers import wait_for_trials
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "experiments"  # top-level in the repository (nni_lvbert/experiments/ in the wheel)

@@ -8,7 +8,6 @@ uninterrupted search ends.
 from __future__ import annotations
 
 import pytest
-
 from nni.common import dump, load
 from nni.runtime import msg_dispatcher as md
 from nni.runtime.tuner_command_channel import CommandType
@@ -17,7 +16,7 @@ from nni_lvbert.search.tuner import LVBertEvolutionTuner
 
 SLOTS, TYPES = 6, ("dc", "sa", "ff", "glu")
 SPACE = {f"layer{i:02d}": {"_type": "choice", "_value": list(TYPES)} for i in range(SLOTS)}
-KW = dict(population=6, iterations=4, topk=3, crossover=2, mutation=3, seed=3)  # budget 6 + 3 * 5 = 21
+KW = {"population": 6, "iterations": 4, "topk": 3, "crossover": 2, "mutation": 3, "seed": 3}  # budget 6 + 3 * 5 = 21
 
 
 def score_of(params: dict) -> float:

@@ -114,7 +114,7 @@ print(json.dumps({"file": nni_lvbert.__file__, "sys_path": sys.path, "default_co
 
 
 def test_installed_cli_info_and_init_experiment(installed):
-    run = lambda *args: _run([installed["lvbert"], *args], installed["root"], installed["env"])  # noqa: E731
+    run = lambda *args: _run([installed["lvbert"], *args], installed["root"], installed["env"])
     out = _ok(run("info", "--arch", "bert", "--size", "tiny", "--json"))
     info = json.loads(out)
     assert info["arch"] == "sf" * 12 and info["space"] == "lvbert" and info["config"]["hidden_size"] == 64

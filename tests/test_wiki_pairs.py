@@ -6,7 +6,7 @@ import pytest
 
 from nni_lvbert import atomic
 from nni_lvbert.cli import main
-from nni_lvbert.finetune.embedded import wiki_pairs
+from nni_lvbert.data import wiki_pairs
 from nni_lvbert.finetune.tasks import load_glue
 
 

@@ -1,4 +1,6 @@
-"""Data pipeline: embedded corpus or any `datasets` corpus -> WordPiece tokenizer -> packed, masked, cached splits.
+"""Data pipeline: embedded corpus or any `datasets` corpus -> WordPiece tokenizer -> packed, masked, cached splits;
+the fixed validation batches every score is computed on (validation.py) and the offline `wiki-pairs` task
+(wiki_pairs.py, `lvbert data wiki-pairs`).
 
 Exports are resolved lazily so `lvbert --help` (which imports `nni_lvbert.data.cli`) does not import datasets,
 transformers or Lightning.

@@ -84,7 +84,7 @@ def run_prepare(args: argparse.Namespace) -> int:
 def run_wiki_pairs(args: argparse.Namespace) -> dict:
     from pathlib import Path
 
-    from ..finetune.embedded.wiki_pairs import build
+    from .wiki_pairs import build
 
     return build(Path(args.out), args.train, args.dev)  # printed by cli.main (cliargs.print_result)
 

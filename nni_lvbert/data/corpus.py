@@ -101,7 +101,7 @@ class Corpus:
         try:
             return datasets.load_dataset(self.kind, data_files=[str(p) for p in self.files], split="train",
                                          cache_dir=str(work_dir))
-        except Exception as exc:  # datasets wraps the parser's error in DatasetGenerationError
+        except Exception as exc:  # noqa: BLE001  (datasets wraps the parser's error in DatasetGenerationError)
             raise UserError(f"cannot read {self.label} as {self.kind}: {_root_message(exc)}") from None
 
     def _load_hub(self):
@@ -119,7 +119,7 @@ class Corpus:
             self._hub_dataset = datasets.load_dataset(self.hub_name, self.hub_config, split="train")
         except ConnectionError:
             raise UserError(offline_msg) from None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (any hub failure is one error line)
             raise UserError(f"cannot load hub dataset {self.label!r}: {_root_message(exc)}") from None
         return self._hub_dataset
 

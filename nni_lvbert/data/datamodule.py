@@ -9,8 +9,8 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
 from .masking import PadCollator, mlm_collator
-from .resumable import KeyedRows, SeededMasking, StepBatchSampler, StepDataLoader
 from .pipeline import PreparedData
+from .resumable import KeyedRows, SeededMasking, StepBatchSampler, StepDataLoader
 
 
 class MLMDataModule(pl.LightningDataModule):

@@ -46,7 +46,7 @@ class PreparedData:
     reused: bool = False
 
     @classmethod
-    def load(cls, path, reused: bool = False, fix: str = ENTRY_FIX) -> "PreparedData":
+    def load(cls, path, reused: bool = False, fix: str = ENTRY_FIX) -> PreparedData:
         """A checked prepared-data directory: UserError (one line, naming the damaged file, ending with `fix`)
         when anything in it is missing, truncated or unreadable."""
         path = Path(path).expanduser().resolve()

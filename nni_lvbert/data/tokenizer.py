@@ -74,7 +74,7 @@ def load_tokenizer(path, lowercase: bool = True, max_position: int = 512):
 
     try:
         hf = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (any failure: fall back to vocab.txt, else one error line)
         if (p / "vocab.txt").is_file():
             return _from_vocab_file(p / "vocab.txt", lowercase, max_position)
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -88,8 +88,8 @@ class FinetuneModule(pl.LightningModule):
         self.seed = seed
         self.model, self.task, self.dev_names = model, task, dev_names
         self.model.train()  # from_pretrained returns eval mode: dropout must be on while training
-        self.hp = dict(lr=lr, total_steps=total_steps, warmup_fraction=warmup_fraction, weight_decay=weight_decay,
-                       decay=layer_decay, eps=adam_eps)
+        self.hp = {"lr": lr, "total_steps": total_steps, "warmup_fraction": warmup_fraction,
+                   "weight_decay": weight_decay, "decay": layer_decay, "eps": adam_eps}
         self.steps_per_epoch = steps_per_epoch
         self.last_record: dict | None = None  # the latest validation, taken by the run's validation history
         self._preds: dict[int, list] = {}

@@ -77,14 +77,14 @@ class QAAdapter:
 
     def data(self, opts, tok, task: S.QATaskData, seed: int):
         train = task.train[:opts.max_train_examples] if opts.max_train_examples else task.train
-        win = dict(max_length=opts.max_length, max_query_length=opts.max_query_length, doc_stride=opts.doc_stride)
+        win = {"max_length": opts.max_length, "max_query_length": opts.max_query_length, "doc_stride": opts.doc_stride}
         train_rows = S.featurize(tok, train, train=True, **win)
         dev_features = {n: S.featurize(tok, exs, train=False, **win) for n, exs in task.dev.items()}
         dm = QAData(train_rows, dev_features, opts.batch_size, seed, tok.pad_token_id,
                     num_workers=opts.hardware.num_workers)
         dm.dev_features = dev_features
-        dm.post = dict(n_best=opts.n_best, max_answer_length=opts.max_answer_length,
-                       null_threshold=opts.null_threshold)
+        dm.post = {"n_best": opts.n_best, "max_answer_length": opts.max_answer_length,
+                   "null_threshold": opts.null_threshold}
         return (dm, {"train_examples": len(train), "train_windows": len(train_rows)},
                 f"{len(train)} questions → {len(train_rows)} training windows")
 

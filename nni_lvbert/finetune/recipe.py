@@ -77,5 +77,5 @@ def optimizer_and_schedule(model, lr, total_steps, warmup_fraction=0.1, weight_d
 
     groups = param_groups(model, lr, weight_decay, decay)
     opt = adamw([{k: v for k, v in g.items() if k != "names"} for g in groups], lr=lr, eps=eps, betas=(0.9, 0.999))
-    warmup = int(round(warmup_fraction * total_steps))
+    warmup = round(warmup_fraction * total_steps)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, linear_warmup_decay(warmup, total_steps))

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..options import to_dict
 from ..atomic import pyplot, save_figure, write_json, write_text
+from ..options import to_dict
 from . import metrics as M
 
 NAMES = {"acc": "acc", "f1": "F1", "mcc": "MCC", "spearman": "Spearman", "pearson": "Pearson", "em": "EM",

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from .. import layout
+from ..atomic import write_json
 from ..errors import UserError
 from ..options import FlatOptions, OutputOptions, flat_group, opt, to_dict
 from ..ranks import launcher_is_rank_zero
-from ..atomic import write_json
 from ..rundir import RunDir
 from ..train_options import HardwareOptions, TrainOptions, parse_devices
 from ..trainer import check_compile_backend
@@ -209,7 +209,7 @@ def run_options(opts: FinetuneOptions, path: Path, seed: int, task, steps_per_ep
     """(the Lightning run's options, total steps, epochs) of one task x seed run: the task's epochs (or --epochs)
     capped by --max-steps, validation once per epoch; written to its options.json."""
     epochs = opts.epochs if opts.epochs is not None else task.epochs
-    total = max(1, int(round(epochs * steps_per_epoch)))
+    total = max(1, round(epochs * steps_per_epoch))
     if opts.max_steps:
         total = min(total, opts.max_steps)
     ropts = RunOptions(out=str(path), seed=seed, lr=opts.lr or lr, warmup_steps=0,

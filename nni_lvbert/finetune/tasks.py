@@ -146,7 +146,7 @@ def read_glue_tsv(path: Path, spec: GlueSpec, task: str) -> tuple[Split, int]:
     a, b, y, bad = [], [] if ib is not None else None, [], 0
     for line in rows:
         f = line.split("\t")
-        need = max(ia, ib or 0, il if il >= 0 else 0) + 1
+        need = max(ia, ib or 0, max(il, 0)) + 1
         if (width is not None and len(f) != width and task != "mnli") or len(f) < need:
             bad += 1
             continue
@@ -306,7 +306,8 @@ def load_files(name: str, train_path, dev_path, text: str, pair: str | None, lab
 
 # --- embedded ---------------------------------------------------------------------------------------------------
 def load_embedded(name: str) -> TaskData:
-    rows = [json.loads(line) for line in lzma.open(TASKS_DIR / EMBEDDED[name], "rt", encoding="utf-8")]
+    with lzma.open(TASKS_DIR / EMBEDDED[name], "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
     part = {s: Split([r["text"] for r in rows if r["split"] == s], None,
                      [r["label"] for r in rows if r["split"] == s]) for s in ("train", "dev")}
     return TaskData(name, "classification", sorted(set(part["train"].labels)), part["train"], {"dev": part["dev"]},

@@ -171,7 +171,7 @@ def train_and_predict(iot_dir, orders: list[int] | None, train_rows: list[dict],
     model.to(device).train()
     opt = adamw(param_groups(model, recipe.lr, recipe.weight_decay, recipe.layer_decay), lr=recipe.lr,
                 eps=recipe.adam_eps, betas=(0.9, 0.999))
-    warmup = int(round(recipe.warmup_fraction * recipe.steps))
+    warmup = round(recipe.warmup_fraction * recipe.steps)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, linear_warmup_decay(warmup, recipe.steps))
     sampler = StepBatchSampler(len(train_rows), recipe.batch_size, seed)
     losses, quarter, started = [], max(1, recipe.steps // 4), time.perf_counter()

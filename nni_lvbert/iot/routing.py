@@ -24,7 +24,7 @@ from torch import nn
 
 from ..arch import Arch
 from ..modeling import mlm_correct
-from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN  # noqa: F401 (re-exported)
+from .defaults import C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN
 
 
 def tau_at(step: int, tau: float = TAU, tau_min: float = TAU_MIN, decay: float = TAU_DECAY,

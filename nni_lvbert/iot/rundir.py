@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-
 from ..arch import parse_arch, to_compact, to_dict
 from ..config import SpaceSpec
 from ..errors import UserError

@@ -20,8 +20,24 @@ from nni.nas.strategy import RandomOneShot
 
 from ..nni_compat import extend_lambda_lr, keep_already_mutated
 from ..supernet.lightning_module import log_throughput
-from .routing import (C1, C2, CLAMP, TAU, TAU_DECAY, TAU_EVERY, TAU_MIN, OrderPredictor, activate, gumbel_noise,
-                      iot_loss, path_layers, per_instance_mlm, route_logits, tau_at, usage_entropy)
+from .routing import (
+    C1,
+    C2,
+    CLAMP,
+    TAU,
+    TAU_DECAY,
+    TAU_EVERY,
+    TAU_MIN,
+    OrderPredictor,
+    activate,
+    gumbel_noise,
+    iot_loss,
+    path_layers,
+    per_instance_mlm,
+    route_logits,
+    tau_at,
+    usage_entropy,
+)
 
 
 def attach_params(optim_conf, params: list, weight_decay: float = 0.0):
@@ -48,7 +64,7 @@ class IOTLightningModule(BaseOneShotLightningModule):
         super().__init__(training_module)
         self.orders = [dict(o) for o in orders]
         self.predictor = OrderPredictor(embedding_dim, len(orders), dropout=predictor_dropout)
-        self.tau_schedule = dict(tau=tau, tau_min=tau_min, decay=tau_decay, every=tau_every)
+        self.tau_schedule = {"tau": tau, "tau_min": tau_min, "decay": tau_decay, "every": tau_every}
         self.c1, self.c2, self.clamp, self.gumbel, self.seed = c1, c2, clamp, gumbel, seed
         self.last_validation: dict | None = None
         self._val = self._usage = None
@@ -214,8 +230,9 @@ class IOTStrategy(RandomOneShot):
         if len(orders) < 2:
             raise ValueError(f"IOT needs at least 2 orders, got {len(orders)}")
         self.orders, self.embedding_dim = [dict(o) for o in orders], embedding_dim
-        self.module_kwargs = dict(tau=tau, tau_min=tau_min, tau_decay=tau_decay, tau_every=tau_every, c1=c1, c2=c2,
-                                  clamp=clamp, gumbel=gumbel, seed=seed, predictor_dropout=predictor_dropout)
+        self.module_kwargs = {"tau": tau, "tau_min": tau_min, "tau_decay": tau_decay, "tau_every": tau_every,
+                              "c1": c1, "c2": c2, "clamp": clamp, "gumbel": gumbel, "seed": seed,
+                              "predictor_dropout": predictor_dropout}
 
     def default_mutation_hooks(self):
         return [keep_already_mutated] + super().default_mutation_hooks()

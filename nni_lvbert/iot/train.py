@@ -14,8 +14,8 @@ from typing import ClassVar
 
 from .. import layout
 from ..errors import UserError
-from ..presets import presets
 from ..options import flat_group, opt
+from ..presets import presets
 from ..ranks import launcher_is_rank_zero
 from ..train_options import VAL_FRACTION, DataOptions, TrainOptions
 from ..training import Training, prepare_data

@@ -15,19 +15,44 @@ from __future__ import annotations
 
 import warnings
 
-from .experiment import (NNI_FAILURE_LOGGERS, NO_CHECKPOINT_CALLBACK, DropMessage, DropWhileInterrupted,  # noqa: F401
-                         PidFileLock, WeightsOnlyTorchSerializer, check_nnictl_filelock, experiment_dir,
-                         experiment_id_in, manifest_in, quiet_nni_logging, run_nas_experiment, use_pid_file_lock,
-                         use_weights_only_serializer)
+from .experiment import (  # noqa: F401  (re-exports; tests check _DROP_NO_CHECKPOINT_CALLBACK is installed)
+    _DROP_NO_CHECKPOINT_CALLBACK,
+    NNI_FAILURE_LOGGERS,
+    NO_CHECKPOINT_CALLBACK,
+    DropMessage,
+    DropWhileInterrupted,
+    PidFileLock,
+    WeightsOnlyTorchSerializer,
+    check_nnictl_filelock,
+    experiment_dir,
+    experiment_id_in,
+    manifest_in,
+    quiet_nni_logging,
+    run_nas_experiment,
+    use_pid_file_lock,
+    use_weights_only_serializer,
+)
 from .remote import REMOTE_WORKER_ENV, remote_trial_keeper_pids  # noqa: F401
-from .strategies import (clear_trial_parameter, epoch_end_not_forwarded, extend_lambda_lr,  # noqa: F401
-                         fresh_evaluator_per_trial,
-                         in_multi_trial, keep_already_mutated, patch_enas_loader, patch_grid_search,
-                         strategy_interrupted)
-from .trials import (TrialReporter, TunerGaveUp, in_nni_trial, stop_when_tuner_gives_up, trial_error_line,  # noqa: F401
-                     trial_stderr, watch_resumed_trials)
-from .experiment import _DROP_NO_CHECKPOINT_CALLBACK  # noqa: F401  (tests check the filter is installed)
-
+from .strategies import (  # noqa: F401
+    clear_trial_parameter,
+    epoch_end_not_forwarded,
+    extend_lambda_lr,
+    fresh_evaluator_per_trial,
+    in_multi_trial,
+    keep_already_mutated,
+    patch_enas_loader,
+    patch_grid_search,
+    strategy_interrupted,
+)
+from .trials import (  # noqa: F401
+    TrialReporter,
+    TunerGaveUp,
+    in_nni_trial,
+    stop_when_tuner_gives_up,
+    trial_error_line,
+    trial_stderr,
+    watch_resumed_trials,
+)
 
 # --- Import warning --------------------------------------------------------------------------------------------
 # NNI 3.0 regenerates its torch.nn stub (nni/nas/nn/pytorch/layers.py) when torch's version differs from the stub's

@@ -1,6 +1,7 @@
 """NNI 3.0 workarounds in strategies: multi-trial strategies in process, one-shot (SPOS / IOT)."""
 from __future__ import annotations
 
+
 # --- Multi-trial strategies in process ---------------------------------------------------------------------------
 # NNI 3.0's ExecutableModelSpace.execute() calls the evaluator's private `_execute(model)`, which instantiates the
 # model; search/strategy.py's SampleEvaluator overrides it to score the sample on the shared supernet without building

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 
-
 # --- Reporting from an nnictl trial that runs a NasExperiment ----------------------------------------------------
 # NNI 3.0's sequential engine runs each model inside Evaluator.mock_runtime, which swaps the default trial command
 # channel for an in-process one and overwrites the private `nni.trial._params`: reports made during exp.run() are

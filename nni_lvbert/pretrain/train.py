@@ -22,9 +22,9 @@ from typing import ClassVar
 
 from .. import layout
 from ..errors import UserError
+from ..options import opt
 from ..presets import presets
 from ..rundir import RunDir
-from ..options import opt
 from ..train_options import TrainOptions
 from ..training import Training
 
@@ -97,7 +97,7 @@ def model_shape(opts: PretrainOptions):
     from ..config import ModelConfig, load_size
     from ..safeio import read_json
 
-    overrides = dict(dropout=opts.resolved("dropout"), attention_dropout=opts.resolved("dropout"))
+    overrides = {"dropout": opts.resolved("dropout"), "attention_dropout": opts.resolved("dropout")}
     if opts.sharing is not None:
         overrides["sharing"] = opts.sharing
     if opts.model_config is None:
@@ -113,8 +113,8 @@ def model_shape(opts: PretrainOptions):
 
 
 def train_pretrain(opts: PretrainOptions) -> dict:
-    from ..config import SpaceSpec
     from ..arch import parse_arch
+    from ..config import SpaceSpec
 
     if opts.arch is not None:  # one spelling on disk: --resume compares like with like
         opts = dataclasses.replace(opts, arch=parse_arch(opts.arch).compact)

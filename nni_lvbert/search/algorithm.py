@@ -26,8 +26,9 @@ Details that the paper leaves open, and the choices made here (they follow the S
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Callable, ClassVar, Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -312,7 +313,7 @@ class Algorithm1:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         """JSON-serialisable state; candidates handed out but not told are handed out again after loading."""
-        enc = lambda a: list(a)  # noqa: E731
+        enc = lambda a: list(a)
         return {
             "version": 1,
             "config": self.config.to_dict(),

@@ -6,7 +6,6 @@ import json
 import sys
 
 
-
 def register(sub) -> None:
     from ..cliargs import add_actions, add_command, add_flags, add_json_arg
     from .options import LatencyTableOptions, NnictlExportOptions, NnictlOptions, ScoreOptions

@@ -93,8 +93,8 @@ def measure(cfg, size: str, device: str = "cpu", batch: int = 1, seq: int = 128,
     """One latency table (a JSON-ready dict) for the ModelConfig `cfg` of `size` on `device`."""
     import torch
 
+    from ..data.validation import resolve_device
     from ..shape import SHAPE_FIELDS
-    from .validation import resolve_device
 
     for name, value in (("batch", batch), ("seq", seq), ("repeats", repeats)):
         if value < 1:
@@ -293,7 +293,7 @@ class LatencySearch:
         self.rejected = 0
 
     @classmethod
-    def from_options(cls, max_ms, path, pareto: bool, cfg, spec, device_type: str) -> "LatencySearch | None":
+    def from_options(cls, max_ms, path, pareto: bool, cfg, spec, device_type: str) -> LatencySearch | None:
         """None without a table; UserError for --pareto without one, a mismatched table or an impossible budget."""
         if pareto and path is None:
             raise UserError("--pareto needs --latency-table T.json (the front is score vs predicted latency)")

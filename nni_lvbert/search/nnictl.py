@@ -198,7 +198,7 @@ def _localhost_env(folder: Path, host: str) -> dict:
 
 def _run_nnictl(cmd: list[str], env: dict, failure: str) -> str:
     """Run an nnictl command that starts an experiment; its ID, or one clear line."""
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)  # its exit code is read below
     text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
     exp_id = experiment_id_in(text)
     if proc.returncode != 0 or not exp_id:
@@ -254,11 +254,11 @@ def first_trial_error(exp_dir: Path) -> str | None:
 def export(args) -> dict:
     """`lvbert search export`: the best trial of an nnictl experiment as best_arch.json."""
     from ..arch import parse_arch, to_compact, to_dict
-    from ..info import param_counts
     from ..atomic import write_json
+    from ..info import param_counts
+    from ..supernet.rundir import supernet_dir
     from .cost import CostModel
     from .scorer import space_as_trained
-    from ..supernet.rundir import supernet_dir
 
     exp_dir = Path(args.experiment_dir) if args.experiment_dir else experiment_dir(args.experiment)
     trials, config = read_trials(exp_dir)

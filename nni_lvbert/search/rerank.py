@@ -47,10 +47,10 @@ def budget_for(size: str, steps: int):
 def rerank(records: list[dict], k: int, steps: int, scorer, out: Path, seed: int, progress: bool, log) -> dict:
     """Stage 2 over the history `records`; returns rerank.json's content (its `pick` is the chosen order)."""
     from ..atomic import write_json
+    from ..cost import core_minutes
     from ..rundir import RunDir
     from ..standalone.scoring import ALL_TOKENS, Validation
     from ..standalone.store import preset_size, standalone_spec, train_all
-    from ..cost import core_minutes
 
     size = preset_size(scorer)
     budget = budget_for(size, steps)

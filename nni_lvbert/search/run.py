@@ -17,8 +17,8 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar
 from pathlib import Path
+from typing import ClassVar
 
 from .. import interrupt, layout, threads
 from ..arch import Arch
@@ -31,6 +31,7 @@ from .algorithm import EvolutionConfig
 from .defaults import STRATEGIES
 from .history import HISTORY, History
 from .options import LatencyOptions, RerankOptions, ScoringOptions, StrategyOptions
+
 BEST = "best_arch.json"
 SETTINGS = "search.json"
 CONSTRAINTS = "constraints (candidates outside are never evaluated)"
@@ -104,10 +105,10 @@ def run_search(opts: SearchOptions, log=None) -> dict:
         raise UserError(f"supernet directory not found: {supernet}")
 
     threads.settle(opts.threads)
+    from ..data.validation import resolve_device
     from .cost import CostModel
     from .latency import LatencySearch, both, write_pareto
     from .scorer import open_scorer, scored_shape
-    from .validation import resolve_device
 
     spec, cfg = scored_shape(supernet)  # the constraints are checked before weights and data are loaded
     _check_space(spec, opts.space, supernet)

@@ -15,7 +15,7 @@ split, until at least `val_tokens` tokens. Everything happens in one process on 
 - known scores are never recomputed (`scores`, keyed by Arch, seeded from history.jsonl when resuming);
 - the accuracy is `modeling.mlm_accuracy` (exact argmax, ties included), as in training and the nnictl trial.
 
-The validation set and the metrics are `validation.py`'s, the prefix cache `prefix_cache.py`'s.
+The validation set and the metrics are `data/validation.py`'s, the prefix cache `prefix_cache.py`'s.
 """
 from __future__ import annotations
 
@@ -25,10 +25,11 @@ from pathlib import Path
 import torch
 
 from ..arch import Arch, slot_label
+from ..data.validation import ValBatch, batches_accuracy, batches_metrics, load_val_batches, resolve_device
 from ..errors import UserError
 from .defaults import BATCH_SIZE, VAL_TOKENS
 from .prefix_cache import PrefixCache
-from .validation import ValBatch, batches_accuracy, batches_metrics, load_val_batches, resolve_device
+
 
 class SupernetScorer:
     """MLM accuracy of architectures with inherited supernet weights.

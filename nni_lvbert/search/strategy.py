@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import nni
 from nni.nas.evaluator import Evaluator

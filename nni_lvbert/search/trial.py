@@ -17,8 +17,8 @@ import sys
 import time
 
 from ..errors import UserError
-from ..nni_compat import ignore_nni_import_warnings
 from ..layout import SUPERNET
+from ..nni_compat import ignore_nni_import_warnings
 from ..supernet.rundir import supernet_dir
 from ..threads import HELP as THREADS_HELP, settle, start_trial
 from .defaults import BATCH_SIZE, VAL_TOKENS
@@ -38,8 +38,8 @@ def load_candidate(run_dir, arch, spec=None, cfg=None):
 def score_trial(run_dir, arch, val_tokens: int = VAL_TOKENS, batch_size: int = BATCH_SIZE, data=None,
                 device="auto") -> dict:
     from ..arch import Arch
+    from ..data.validation import load_val_batches, model_accuracy, resolve_device
     from .cost import CostModel
-    from .validation import load_val_batches, model_accuracy, resolve_device
 
     start = time.perf_counter()
     run = supernet_dir(run_dir)

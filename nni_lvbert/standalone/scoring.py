@@ -37,15 +37,15 @@ def mlm_model(run_path: Path):
 
 
 def standalone_accuracy(run_path: Path, batches) -> float:
-    """MLM accuracy of a stand-alone model on the given fixed-masked validation batches (search.validation's)."""
-    from ..search.validation import model_accuracy
+    """MLM accuracy of a stand-alone model on the given fixed-masked validation batches (data.validation's)."""
+    from ..data.validation import model_accuracy
 
     return model_accuracy(mlm_model(run_path).to(batches[0].input_ids.device), batches)
 
 
 def standalone_metrics(run_path: Path, batches) -> dict:
-    """MLM accuracy and loss with standard errors of a stand-alone model (`search.validation.model_metrics`)."""
-    from ..search.validation import model_metrics
+    """MLM accuracy and loss with standard errors of a stand-alone model (`data.validation.model_metrics`)."""
+    from ..data.validation import model_metrics
 
     return model_metrics(mlm_model(run_path).to(batches[0].input_ids.device), batches)
 
@@ -64,12 +64,12 @@ class Validation:
     identity: dict
 
     @classmethod
-    def of(cls, batches: list, stats: dict, data_seed: int) -> "Validation":
+    def of(cls, batches: list, stats: dict, data_seed: int) -> Validation:
         """Batches loaded by `validation_batches` (or a scorer: its `val_stats`) with the masking's data seed."""
         return cls(batches, {**stats, "data_seed": data_seed})
 
     @classmethod
-    def load(cls, data_path: str, cfg, val_tokens: int, masking: str, data_seed: int) -> "Validation":
+    def load(cls, data_path: str, cfg, val_tokens: int, masking: str, data_seed: int) -> Validation:
         """The validation set of `validation_batches`."""
         batches, stats = validation_batches(data_path, cfg, val_tokens, masking=masking, data_seed=data_seed)
         return cls.of(batches, stats, data_seed)
@@ -111,8 +111,8 @@ class Validation:
 
 def validation_batches(data_path: str, cfg, val_tokens: int, masking: str = "fixed", data_seed: int = 0):
     """The validation batches every compared model is scored on (the first `val_tokens` tokens; `masking` as
-    `search.validation.load_val_batches`)."""
-    from ..search.validation import load_val_batches
+    `data.validation.load_val_batches`)."""
+    from ..data.validation import load_val_batches
 
     return load_val_batches(data_path, val_tokens, 64, cfg.pad_token_id, cfg.vocab_size, cfg.max_position,
                             masking=masking, data_seed=data_seed)

@@ -34,7 +34,7 @@ class Budget:
     batch_size: int
     dropout: float = 0.0
 
-    def shortened(self, steps: int) -> "Budget":
+    def shortened(self, steps: int) -> Budget:
         """The same schedule cut to `steps` (short:N, --rerank): warm-up at most a tenth of it."""
         return dataclasses.replace(self, steps=steps, warmup_steps=min(self.warmup_steps, steps // 10))
 

@@ -34,7 +34,6 @@ def run_study(args) -> dict:
     import importlib
 
     from ..cliargs import options_from_args
-
     from .driver import drive
 
     module, cls, _ = STUDIES[args.study]

@@ -23,11 +23,11 @@ from ..errors import UserError
 from ..options import opt
 from ..rundir import RunDir
 from ..safeio import read_json
+from ..standalone.scoring import standalone_accuracy, validation_batches
+from ..standalone.store import Standalone, train_all
 from .common import Budget, StandaloneStudyOptions, log, shown_path, shown_stats
 from .driver import Plan, Study, Unit
 from .stats import markdown_table
-from ..standalone.scoring import standalone_accuracy, validation_batches
-from ..standalone.store import Standalone, train_all
 
 RESULT = "downstream.json"
 DEFAULT_ARCHS = ["searched", "bert", "dynamicconv", "lvbert-small", "sandwich"]

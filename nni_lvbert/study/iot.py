@@ -39,12 +39,12 @@ from ..iot.method import IOTMethod
 from ..options import flat_group, opt
 from ..rundir import OPTIONS, RunDir
 from ..safeio import read_json
+from ..standalone.scoring import Validation, mlm_model
+from ..standalone.store import preset_size, standalone_spec, train_all
 from .common import Budget, StandaloneStudyOptions, log, shown_path, shown_stats
 from .driver import Plan, Study, Unit, need_supernet
 from .iot_report import report
 from .iot_stats import clustered, goal_test, over_seeds, seed_rows
-from ..standalone.scoring import Validation, mlm_model
-from ..standalone.store import preset_size, standalone_spec, train_all
 
 RESULT = "iot.json"
 ORDERS_GROUP = "candidate orders (one source)"
@@ -115,7 +115,7 @@ def _train_iot(opts: IOTStudyOptions, path: Path, seed: int, budget, m: int | No
     flags = RunDir(path, "IOT").continuation(marker=OPTIONS)
     if flags is None:
         return
-    common = dict(out=str(path), progress=opts.progress, accelerator=_accelerator(), model_summary=False)
+    common = {"out": str(path), "progress": opts.progress, "accelerator": _accelerator(), "model_summary": False}
     if flags["resume"]:
         train_iot(IOTOptions.flat(**common, resume=True, given=list(common)))
         return
@@ -158,7 +158,7 @@ def _save_unit(record_file: Path, unit: tuple[dict, dict]) -> None:
     write_json(record_file, unit[0])
 
 
-def _unit(plan: "IOTPlan", out: Path, seed: int) -> tuple[dict, dict]:
+def _unit(plan: IOTPlan, out: Path, seed: int) -> tuple[dict, dict]:
     """One seed: IOT, its M stand-alone baselines and the token-level scores (`iot.scoring`) with the costs."""
     from ..iot.rundir import load_iot  # torch
     from ..iot.scoring import iot_tokens, model_tokens
@@ -217,7 +217,8 @@ def plan_iot(opts: IOTStudyOptions) -> IOTPlan:
     if not data:
         raise UserError(f"{opts.supernet}/meta.json records no prepared data directory")
     alone, before = standalone_budget(budget, opts.equal_tokens, opts.supernet, sn.meta)
-    common = dict(size=preset_size(sn), cfg=sn.cfg.to_dict(), budget=alone, data=data, data_seed=opts.data_seed)
+    common = {"size": preset_size(sn), "cfg": sn.cfg.to_dict(), "budget": alone, "data": data,
+              "data_seed": opts.data_seed}
     archs = [o.compact for o in orders]
     specs = {seed: [(f"stand-alone MLM training of {a} (seed {seed})", standalone_spec(a, seed, **common))
                     for a in archs] for seed in range(opts.seed, opts.seed + k)}
@@ -321,7 +322,7 @@ def _seed_stats(r: dict, record: dict, archs: list[str]) -> dict:
         "best_shared": {"arch": archs[r["best"]], **cl(y["best_shared"])},
         "best_shared_heldout": {"arch": [archs[k] for k in r["heldout_chosen"]], **cl(y["best_shared_heldout"])},
         "agreement": r["agreement"], "agreement_by_chance": r["agreement_by_chance"],
-        "usage": r["usage"].tolist(), "masked_tokens": int(n.sum()), "rows": int(len(n)),
+        "usage": r["usage"].tolist(), "masked_tokens": int(n.sum()), "rows": len(n),
         "standalone": {a: {**cl(y[f"standalone:{a}"]), "routed_minus_this": cl(y["routed"] - y[f"standalone:{a}"])}
                        for a in archs},
         "core_minutes": record["core_minutes"], "scoring_core_minutes": record["scoring_core_minutes"],

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .. import layout
-from typing import Any
-
 from ..atomic import write_text
 from ..errors import UserError
 from ..iot.method import IOTMethod
@@ -43,7 +42,7 @@ from .stats import markdown_table
 RESULT = "iot-finetune.json"
 SOURCE = "start (one of)"
 FT = "fine-tuning (lvbert finetune's recipe)"
-QUICK = dict(max_steps=8, batch_size=8, max_train_examples=64, max_dev_examples=64)
+QUICK = {"max_steps": 8, "batch_size": 8, "max_train_examples": 64, "max_dev_examples": 64}
 
 
 @dataclass(frozen=True)
@@ -138,7 +137,7 @@ def recipe(opts: IOTFinetuneOptions, task, n_train: int):
         raise UserError(f"the training split has {n_train} examples, fewer than one batch of {batch}; lower "
                         "--batch-size")
     epochs = opts.epochs if opts.epochs is not None else task.epochs
-    steps = max(1, int(round(epochs * (n_train // batch))))
+    steps = max(1, round(epochs * (n_train // batch)))
     cap = opts.quick_or("max_steps")
     steps = min(steps, cap) if cap else steps
     return Recipe(steps=steps, batch_size=batch, lr=opts.lr or 3e-4, warmup_fraction=opts.warmup_fraction,

@@ -22,8 +22,8 @@ import numpy as np
 
 
 def clustered(y, n, seq) -> dict:
-    """sum y / sum n over rows with its standard error clustered by `seq` (`search.validation.ratio_and_se`)."""
-    from ..search.validation import ratio_and_se
+    """sum y / sum n over rows with its standard error clustered by `seq` (`data.validation.ratio_and_se`)."""
+    from ..data.validation import ratio_and_se
 
     size = int(np.max(seq)) + 1
     mean, se = ratio_and_se(np.bincount(seq, y, size), np.bincount(seq, n, size))

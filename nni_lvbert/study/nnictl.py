@@ -34,8 +34,8 @@ from pathlib import Path
 
 from ..atomic import copy_file, write_json, write_text
 from ..errors import UserError
-from .common import Budget, log
 from ..standalone.store import Standalone
+from .common import Budget, log
 
 CONFIG = "standalone.yml"  # the shipped template's name (experiments/standalone.yml) and the written config's
 SPACE = "standalone_space.json"

@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UserError
 from ..cost import core_minutes, scoring_minutes
+from ..errors import UserError
 
 
 @dataclass(frozen=True)

@@ -31,14 +31,14 @@ from ..errors import UserError
 from ..options import opt
 from ..rundir import RunDir
 from ..safeio import read_json
+from ..standalone.scoring import Validation
+from ..standalone.store import Standalone, preset_size, standalone_spec, train_all
 from .common import NNICTL_OPTIONS, Budget, StandaloneStudyOptions, log, shown_path, shown_stats
 from .driver import Plan, Study, Unit, need_supernet
 from .orders import composition, graded_orders, is_mixed, stratified_orders
 from .ranking_report import RESULT, report
 from .reanalyse import reanalyse
 from .stats import kendall, noise_ceiling, rank_correlations, regret, top_overlap
-from ..standalone.scoring import Validation
-from ..standalone.store import Standalone, preset_size, standalone_spec, train_all
 
 _report = report  # the name the tests and older scripts use
 ORDERS = "orders.json"
@@ -173,7 +173,8 @@ def plan_ranking(opts: RankingOptions) -> RankingPlan:
 
 def study_common(opts: RankingOptions, ref) -> dict:
     """`standalone_spec`'s keywords (but budget) for the study's models: the reference supernet's shape and data."""
-    return dict(size=preset_size(ref), cfg=ref.cfg.to_dict(), data=ref.val_stats["data"], data_seed=opts.data_seed)
+    return {"size": preset_size(ref), "cfg": ref.cfg.to_dict(), "data": ref.val_stats["data"],
+            "data_seed": opts.data_seed}
 
 
 def units(plan: RankingPlan, out: Path) -> list[Unit]:

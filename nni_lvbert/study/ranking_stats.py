@@ -18,6 +18,8 @@ failed-run rule's sensitivity. numpy/scipy only; `reanalyse` stores them, its re
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .stats import order_effect
@@ -39,7 +41,7 @@ def kendall(x, y) -> float | None:
 
 
 def _interval(values, level: float = LEVEL) -> list[float] | None:
-    values = [v for v in values if v is not None and v == v]
+    values = [v for v in values if v is not None and not math.isnan(v)]
     if not values:
         return None
     tail = 100 * (1 - level) / 2

@@ -25,10 +25,24 @@ from ..errors import UserError
 from ..safeio import read_json
 from .orders import composition
 from .ranking_report import ALPHA, FAILED_MADS, RESULT, report
-from .ranking_stats import (flagged_runs, paired_interval, perfect_ranker, regret_interval, relative_tau,
-                            sensitivity, tau_interval)
-from .stats import (ceiling_by_simulation, kendall, noise_ceiling, order_effect, paired_bootstrap, rank_interval,
-                    reliability)
+from .ranking_stats import (
+    flagged_runs,
+    paired_interval,
+    perfect_ranker,
+    regret_interval,
+    relative_tau,
+    sensitivity,
+    tau_interval,
+)
+from .stats import (
+    ceiling_by_simulation,
+    kendall,
+    noise_ceiling,
+    order_effect,
+    paired_bootstrap,
+    rank_interval,
+    reliability,
+)
 
 BASELINE = "spos"  # the default ranker: every other ranker is compared with it (else with the table's first)
 SHARES_SEED = ("short", "rerank")  # kinds that train with the study's first seed, one of the ground truth's

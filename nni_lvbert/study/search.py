@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import Any
 
 import numpy as np
@@ -128,7 +127,7 @@ def _read_seed(seed_dir: Path, strategies: list[str], cfg) -> dict:
 def summarize(per_seed: dict, strategies: list[str], cfg) -> dict:
     """Wins per strategy (ties shared), final best and top-10 mean per seed, curves' mean/min/max across seeds."""
     wins = {s: 0.0 for s in strategies}
-    for seed, res in per_seed.items():
+    for res in per_seed.values():
         top = max(res[s]["best"] for s in strategies)
         winners = [s for s in strategies if res[s]["best"] == top]
         for s in winners:

@@ -1,6 +1,7 @@
 """The studies' statistics (rank correlations with bootstrap intervals) and Markdown tables."""
 from __future__ import annotations
 
+import math
 import warnings
 
 from ..errors import UserError
@@ -15,7 +16,7 @@ def rank_correlations(x, y, resamples: int = 2000, seed: int = 0) -> dict:
     x, y = np.asarray(x, float), np.asarray(y, float)
     if len(x) < 3:
         raise UserError(f"rank correlations need at least 3 architectures, got {len(x)}")
-    out = {"n": int(len(x)), "kendall_tau": None, "spearman_rho": None, "kendall_tau_ci95": None,
+    out = {"n": len(x), "kendall_tau": None, "spearman_rho": None, "kendall_tau_ci95": None,
            "spearman_rho_ci95": None, "bootstrap_resamples": 0}
     with warnings.catch_warnings():  # scipy warns on constant input; that case is reported as undefined below
         warnings.simplefilter("ignore")
@@ -34,7 +35,7 @@ def rank_correlations(x, y, resamples: int = 2000, seed: int = 0) -> dict:
         taus.append(kendalltau(a, b).statistic)
         rhos.append(spearmanr(a, b).statistic)
     for name, values in (("kendall_tau", taus), ("spearman_rho", rhos)):
-        values = [v for v in values if v == v]  # NaN-free
+        values = [v for v in values if not math.isnan(v)]
         out[f"{name}_ci95"] = ([float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
                                if values else None)
     out["bootstrap_resamples"] = len(taus)
@@ -94,7 +95,7 @@ def top_overlap(scores, truth, k: int = 5) -> float:
     import numpy as np
 
     k = min(k, len(truth))
-    top = lambda v: set(np.argsort(-np.asarray(v, float), kind="stable")[:k].tolist())  # noqa: E731
+    top = lambda v: set(np.argsort(-np.asarray(v, float), kind="stable")[:k].tolist())
     return len(top(scores) & top(truth)) / k
 
 
@@ -149,8 +150,8 @@ def reliability(per_seed) -> dict | None:
         elif r >= 1:
             rho1 = 1.0
         else:
-            rho1 = float(brentq(lambda p: np.sqrt(spearman_brown(p, k1) * spearman_brown(p, k2)) - r, 0.0, 1.0,
-                                xtol=1e-12))
+            rho1 = float(brentq(lambda p, a, b, r: np.sqrt(spearman_brown(p, a) * spearman_brown(p, b)) - r, 0.0,
+                                1.0, args=(k1, k2, r), xtol=1e-12))
         splits.append({"seeds": half, "kendall_tau": tau, "r": r, "rho1": rho1})
     if not splits:
         return None

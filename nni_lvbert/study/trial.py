@@ -26,8 +26,8 @@ from ..threads import start_trial
 def run_trial(specs_file: Path, key: str | None) -> dict:
     from ..nni_compat import in_nni_trial
     from ..safeio import read_json
-    from .nnictl import spec_from_json
     from ..standalone.store import train_standalone
+    from .nnictl import spec_from_json
 
     listing = read_json(specs_file, "models.json of a stand-alone experiment")
     models = listing.get("models")
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # a crash: its traceback, then the one line the web UI's log ends with
+    except Exception as exc:  # noqa: BLE001  (a crash: its traceback, then the one line the web UI's log ends with)
         import traceback
 
         traceback.print_exc()

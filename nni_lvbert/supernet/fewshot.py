@@ -101,7 +101,7 @@ def read_fewshot(path) -> dict:
     from ..safeio import read_json
 
     spec = read_json(Path(path) / SPEC, "few-shot supernet (fewshot.json)")
-    for choice, sub in spec["owners"].items():
+    for sub in spec["owners"].values():
         if not (Path(path) / sub / META).is_file():
             raise UserError(f"few-shot supernet {path}: its sub-supernet {sub} is not finished "
                             f"(continue with lvbert supernet few-shot --out {path} --resume)")

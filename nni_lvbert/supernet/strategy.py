@@ -8,7 +8,8 @@ unseeded (when it is not, revisit this class).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from nni.nas.oneshot.pytorch.sampling import RandomSamplingLightningModule
 from nni.nas.strategy import RandomOneShot
@@ -50,7 +51,7 @@ class SeededSamplingModule(RandomSamplingLightningModule):
     """sampling: `spos` trains one uniform path per step; `fair` accumulates the gradients of the m paths of
     `fair_paths` on the same batch, then takes one optimiser step (FairNAS)."""
 
-    def __init__(self, training_module, seed: int = 0, filter: Callable | None = None,  # noqa: A002
+    def __init__(self, training_module, seed: int = 0, filter: Callable | None = None,
                  record_paths: bool = False, sampling: str = "spos", fixed: dict[str, Any] | None = None):
         super().__init__(training_module, filter)
         if sampling not in SAMPLINGS:
@@ -107,7 +108,7 @@ class SeededSamplingModule(RandomSamplingLightningModule):
 class SeededRandomOneShot(RandomOneShot):
     """`RandomOneShot(seed=...)`: SPOS with reproducible, rank-consistent path sampling."""
 
-    def __init__(self, seed: int = 0, filter=None, record_paths: bool = False, sampling: str = "spos",  # noqa: A002
+    def __init__(self, seed: int = 0, filter=None, record_paths: bool = False, sampling: str = "spos",
                  fixed: dict | None = None, **kwargs) -> None:
         super().__init__(filter=filter, **kwargs)
         self.seed, self.record_paths, self.sampling, self.fixed = seed, record_paths, sampling, fixed

@@ -11,10 +11,10 @@ from typing import ClassVar
 
 from .. import layout
 from ..errors import UserError
-from ..trainer import state_digest
-from ..presets import presets
 from ..options import opt
+from ..presets import presets
 from ..train_options import TrainOptions
+from ..trainer import state_digest
 from ..training import Training
 
 WEIGHTS = "supernet.safetensors"

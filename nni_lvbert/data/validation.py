@@ -59,9 +59,9 @@ def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: 
     masking: `fixed` scores the split's own fixed 15 % masking (one pass: what the search uses); `full` masks every
     token exactly once over `FULL_ROUNDS` disjoint rounds seeded by `data_seed` (`data.masking.full_split_rounds`):
     about 7x the tokens and the time, and about 2.6x smaller standard errors (sqrt 7)."""
-    from ..data import PreparedData
-    from ..data.masking import PadCollator, model_mask
     from ..rundir import RunDir
+    from . import PreparedData
+    from .masking import PadCollator, model_mask
 
     if val_tokens < 1:
         raise UserError(f"--val-tokens must be at least 1, got {val_tokens}")
@@ -95,7 +95,7 @@ def load_val_batches(data_path, val_tokens: int, batch_size: int, pad_token_id: 
         raise UserError(f"unknown validation masking {masking!r}; use {' or '.join(MASKINGS)}")
     sequences = len(rows)
     if masking == "full":
-        from ..data.masking import full_split_rounds
+        from .masking import full_split_rounds
 
         rows = [r for part in full_split_rounds(rows, data.tokenizer(), seed=data_seed) for r in part]
     else:

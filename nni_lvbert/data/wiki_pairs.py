@@ -22,9 +22,9 @@ import lzma
 import re
 from pathlib import Path
 
-from ...errors import UserError
+from ..errors import UserError
 
-CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus" / "wikipedia_vital_en.jsonl.xz"
+CORPUS = Path(__file__).resolve().parent / "corpus" / "wikipedia_vital_en.jsonl.xz"
 HEADER = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"
 MIN_WORDS, MAX_WORDS = 6, 40
 TRAIN, DEV = 1000, 400
@@ -57,7 +57,7 @@ def pairs(articles: list[tuple[str, str, str]], n: int) -> list[tuple[int, str, 
 
 
 def build(out: Path, train: int = TRAIN, dev: int = DEV) -> dict:
-    from ...atomic import atomic_directory, write_text
+    from ..atomic import atomic_directory, write_text
 
     if train < 2 or dev < 2:
         raise UserError("--train and --dev must be at least 2 (one pair of each class)")
