@@ -14,8 +14,8 @@ import sys
 from . import interrupt, threads
 from .argcheck import Parser, check_values, command_words, parse_args, with_config
 from .errors import UserError
-from .options import option_meta
 from .nni_compat import ignore_nni_import_warnings
+from .options import option_meta
 from .ranks import launcher_is_rank_zero
 
 # (subcommand, module that registers it) in pipeline order.

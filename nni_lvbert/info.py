@@ -18,8 +18,8 @@ def _numel(module) -> int:
 def param_counts(cfg: ModelConfig, types) -> dict:
     """Parameter counts of an Arch (or a list of layer types) without building the whole model: one module per
     distinct layer type."""
-    from .layers import build_layer
     from .body import Embeddings, MLMHead
+    from .layers import build_layer
 
     per_type = {t: _numel(build_layer(t, cfg)) for t in sorted(set(types))}
     uses = Counter(types)

@@ -15,8 +15,20 @@ from torch import nn
 from .body import DiscriminatorHead, Embeddings, MLMHead, SlotStack, init_weights
 from .config import ModelConfig, SpaceSpec
 
-__all__ = ["DiscriminatorHead", "Embeddings", "MLMHead", "init_weights", "MLMOutput", "MaskedLMMixin", "Encoder",
-           "FixedMLM", "masked_positions", "masked_rows", "mlm_correct", "mlm_accuracy"]
+__all__ = [
+    "DiscriminatorHead",
+    "Embeddings",
+    "Encoder",
+    "FixedMLM",
+    "MLMHead",
+    "MLMOutput",
+    "MaskedLMMixin",
+    "init_weights",
+    "masked_positions",
+    "masked_rows",
+    "mlm_accuracy",
+    "mlm_correct",
+]
 
 
 @dataclass

@@ -6,9 +6,8 @@ copy before training a subnet on its own).
 """
 from __future__ import annotations
 
-from torch import nn
-
 from nni.nas.nn.pytorch import LayerChoice, ModelSpace
+from torch import nn
 
 from .arch import slot_label
 from .body import Embeddings, MLMHead, init_weights

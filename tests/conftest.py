@@ -1,6 +1,6 @@
 import os
-import time
 import socket
+import time
 import warnings
 from pathlib import Path
 
@@ -10,24 +10,25 @@ if XDIST_WORKER:
     # tests start, uses one thread: two processes with two threads each on two cores slow each other 10-40x.
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import pytest
+import torch
 
 if XDIST_WORKER:
     torch.set_num_threads(1)
 
 from nni_lvbert.config import ModelConfig, SpaceSpec
+
 # the suite's order under pytest-xdist and its once-per-session directories (pytest finds the hooks here)
-from tests.suite import built_once, pytest_collection_modifyitems, pytest_configure  # noqa: E402, F401
+from tests.suite import built_once, pytest_collection_modifyitems, pytest_configure  # noqa: F401
 
 warnings.filterwarnings("ignore", message=".*is found to be not a nn.Module.*")
 
 
 def tiny_config(**kw) -> ModelConfig:
     """HF-test-sized config: hidden 32, 4 heads (2 DC heads of 16), vocab 100."""
-    base = dict(vocab_size=100, hidden_size=32, embedding_size=32, ff_size=64, num_heads=4, conv_head_size=16,
-                max_length=32, max_position=64, dropout=0.0, attention_dropout=0.0)
+    base = {"vocab_size": 100, "hidden_size": 32, "embedding_size": 32, "ff_size": 64, "num_heads": 4,
+            "conv_head_size": 16, "max_length": 32, "max_position": 64, "dropout": 0.0, "attention_dropout": 0.0}
     base.update(kw)
     return ModelConfig(**base)
 
@@ -93,7 +94,7 @@ def checkpoint_step_in(ckpt, first: int, last: int):
             return None
         try:
             step = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
-        except Exception:  # being replaced right now
+        except Exception:  # noqa: BLE001 (a checkpoint being replaced right now: any read error means "not yet")
             return None
         return step if first <= step < last else None
 
@@ -137,7 +138,7 @@ def signal_when(args: list[str], condition, sig, timeout: float = 240, watch=Non
 
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     env.pop("PYTEST_CURRENT_TEST", None)
-    err = tempfile.TemporaryFile()
+    err = tempfile.TemporaryFile()  # noqa: SIM115 (the caller reads and closes it with the process)
     proc = subprocess.Popen([sys.executable, "-m", "nni_lvbert.cli", *args], cwd=Path(__file__).resolve().parent.parent,
                             env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
 
@@ -211,8 +212,8 @@ def build_tiny_supernet(run_dir: Path, data, spec: SpaceSpec | None = None, step
                         size: str = "tiny-test", **cfg_overrides) -> Path:
     """Write a supernet run directory (weights, space, config, tokenizer, meta.json) for `spec`."""
     from nni_lvbert.data.masking import mlm_collator
-    from nni_lvbert.space import LVBertSpace
     from nni_lvbert.rundir import RunDir
+    from nni_lvbert.space import LVBertSpace
     from nni_lvbert.supernet.rundir import WEIGHTS
     from nni_lvbert.supernet.strategy import SeededRandomOneShot
 

@@ -31,4 +31,4 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["AUTO_CLASS_NAMES", "register", *_LAZY]
+__all__ = ["AUTO_CLASS_NAMES", "register", *_LAZY]  # noqa: PLE0604 (_LAZY holds the lazily loaded names)

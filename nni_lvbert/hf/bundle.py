@@ -75,8 +75,8 @@ def bundle_sources() -> dict[str, str]:
     header = HEADER.format(version=__version__, sources=", ".join(name for name, _ in parts))
     text = header + "from __future__ import annotations\n" + "".join(_part(n, s) for n, s in parts)
     files = {CONFIG_FILE: _config_source(configuration_lvbert), MODELING_FILE: text}
-    for name, body in files.items():
-        check_bundle(name, body)
+    for name, source in files.items():
+        check_bundle(name, source)
     return files
 
 
@@ -102,9 +102,8 @@ def check_bundle(name: str, text: str) -> None:
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Import):
             bad += [a.name for a in node.names if a.name.split(".")[0] not in _allowed()]
-        elif isinstance(node, ast.ImportFrom) and not node.level:
-            if node.module.split(".")[0] not in _allowed():
-                bad.append(node.module)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module.split(".")[0] not in _allowed():
+            bad.append(node.module)
     if bad:
         raise RuntimeError(f"bundled {name} imports {', '.join(sorted(set(bad)))}; it must import only torch, "
                            "transformers and the standard library")

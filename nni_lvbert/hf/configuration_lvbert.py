@@ -58,7 +58,7 @@ class LVBertConfig(ModelShape, PreTrainedConfig):
         return types
 
     @classmethod
-    def from_model_config(cls, model_config, layer_types, **kwargs) -> "LVBertConfig":
+    def from_model_config(cls, model_config, layer_types, **kwargs) -> LVBertConfig:
         """From a `ModelConfig` (any dataclass with its fields) and the layer order; kwargs add HF fields."""
         values = dataclasses.asdict(model_config)
         fields = {k: values[k] for k in cls.MODEL_CONFIG_FIELDS}

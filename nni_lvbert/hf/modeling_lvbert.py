@@ -275,6 +275,11 @@ def _output(result, config, return_dict):
 
 
 __all__ = [
-    "LVBertPreTrainedModel", "LVBertModel", "LVBertForMaskedLM", "LVBertForPreTraining",
-    "LVBertForSequenceClassification", "LVBertForTokenClassification", "LVBertForQuestionAnswering",
+    "LVBertForMaskedLM",
+    "LVBertForPreTraining",
+    "LVBertForQuestionAnswering",
+    "LVBertForSequenceClassification",
+    "LVBertForTokenClassification",
+    "LVBertModel",
+    "LVBertPreTrainedModel",
 ]

@@ -33,6 +33,14 @@ def layer_maker(cfg: ModelConfig):
 
 
 __all__ = [
-    "LAYER_CLASSES", "build_layer", "layer_maker", "DynamicConv", "SelfAttention", "FeedForward", "GLUFeedForward",
-    "GLU_ACTIVATIONS", "lightweight_conv", "TokenRows",
+    "GLU_ACTIVATIONS",
+    "LAYER_CLASSES",
+    "DynamicConv",
+    "FeedForward",
+    "GLUFeedForward",
+    "SelfAttention",
+    "TokenRows",
+    "build_layer",
+    "layer_maker",
+    "lightweight_conv",
 ]

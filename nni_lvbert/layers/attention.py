@@ -49,7 +49,7 @@ class SelfAttention(nn.Module):
         projections then run on real tokens only, and only the attention itself on (batch, seq)."""
         q, k, v = (to_seq(f(x), rows) for f in (self.query, self.key, self.value))
         b, n, h = q.shape
-        heads = lambda t: t.view(b, n, self.num_heads, h // self.num_heads).transpose(1, 2)  # noqa: E731
+        heads = lambda t: t.view(b, n, self.num_heads, h // self.num_heads).transpose(1, 2)
         mask = sdpa_mask(mask) if rows is None else rows.mask[:, None, None, :]  # packed: padding exists
         if fast_path(q, self.attention_dropout, self.training):
             y = attention_with_dropout(heads(q), heads(k), heads(v), mask, self.attention_dropout)

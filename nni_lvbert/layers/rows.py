@@ -34,7 +34,7 @@ class TokenRows:
         self.index = mask.reshape(-1).nonzero().squeeze(-1)
 
     @staticmethod
-    def of(mask: torch.Tensor | None) -> "TokenRows | None":
+    def of(mask: torch.Tensor | None) -> TokenRows | None:
         """The rows of `mask`, or None when nothing is padded (no packing needed) or the forward is being traced."""
         if mask is None or tracing() or bool(mask.all()):
             return None

@@ -72,8 +72,8 @@ def part_calls(cfg, dev, dtype, batch: int, seq: int, types=("dc", "sa", "ff", "
     weights, activations passed on): one layer timed alone, again and again on one input, reads warmer caches."""
     import torch
 
-    from ..layers import build_layer
     from ..body import Embeddings, MLMHead
+    from ..layers import build_layer
 
     cfg = type(cfg).from_dict({**cfg.to_dict(), "dropout": 0.0, "attention_dropout": 0.0})
     embeddings = Embeddings(cfg)

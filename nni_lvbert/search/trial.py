@@ -20,7 +20,8 @@ from ..errors import UserError
 from ..layout import SUPERNET
 from ..nni_compat import ignore_nni_import_warnings
 from ..supernet.rundir import supernet_dir
-from ..threads import HELP as THREADS_HELP, settle, start_trial
+from ..threads import HELP as THREADS_HELP
+from ..threads import settle, start_trial
 from .defaults import BATCH_SIZE, VAL_TOKENS
 
 

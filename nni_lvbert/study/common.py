@@ -18,9 +18,9 @@ from typing import ClassVar
 from .. import layout
 from ..options import OutputOptions, opt
 from ..presets import presets
-from ..threads import HELP as THREADS_HELP
 from ..standalone.scoring import ALL_TOKENS
 from ..standalone.store import Budget, log  # noqa: F401 (the studies' names)
+from ..threads import HELP as THREADS_HELP
 
 QUICK_VAL_TOKENS = 4096  # ... and with --quick (scoring on a whole split is minutes per model on a real corpus)
 
